@@ -1,0 +1,23 @@
+/** A clock passed in, so windows and expiry are tested without sleeping. */
+export interface Clock {
+  now(): number
+}
+
+export const systemClock: Clock = { now: () => Date.now() }
+
+/** A clock tests move by hand. */
+export class ManualClock implements Clock {
+  #ms: number
+  constructor(start = Date.UTC(2026, 0, 1, 12, 0, 0)) {
+    this.#ms = start
+  }
+  now(): number {
+    return this.#ms
+  }
+  advance(ms: number): void {
+    this.#ms += ms
+  }
+  set(ms: number): void {
+    this.#ms = ms
+  }
+}
