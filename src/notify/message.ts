@@ -1,0 +1,62 @@
+/**
+ * The chat message sent when an agent is auto-paused: a Slack incoming-webhook payload, which
+ * Mattermost, Rocket.Chat and Discord's Slack-compatible endpoint (/slack) accept as well.
+ * Only `text` is used: it is the one field all four render; Slack `blocks` are ignored or
+ * rejected by some of the others.
+ */
+
+export interface PauseNotice {
+  userId: string
+  agentId: string
+  /** Rolling 24 h total that crossed the threshold, in USD. */
+  totalUsd: number
+  thresholdUsd: number
+  at: Date
+}
+
+export interface ChatMessage {
+  text: string
+}
+
+// Fixed locale, so the message does not depend on the host's; up to 6 decimals, so a total just
+// over the threshold (e.g. $10.0004 against $10.00) does not read as equal to it.
+const usd = new Intl.NumberFormat('en-US', {
+  style: 'currency',
+  currency: 'USD',
+  minimumFractionDigits: 2,
+  maximumFractionDigits: 6,
+})
+
+/** "$12.50", "$10.0004", "$1,234.00". */
+export function formatUsd(amount: number): string {
+  return usd.format(amount)
+}
+
+/**
+ * Slack requires &, < and > in message text to be escaped and shows them back as typed; left as
+ * they are, an agent id such as "<!channel>" would notify a whole channel or forge a link.
+ * https://api.slack.com/reference/surfaces/formatting#escaping
+ */
+function escapeSlack(text: string): string {
+  return text.replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;')
+}
+
+/** The agent id as inline code, so * _ ~ in it are not read as formatting. */
+function agentLabel(agentId: string): string {
+  const escaped = escapeSlack(agentId)
+  // A backtick would end the code span early; such ids are shown plain.
+  return agentId.includes('`') ? escaped : `\`${escaped}\``
+}
+
+/** ISO 8601 UTC to the second. */
+function utcSeconds(at: Date): string {
+  return at.toISOString().replace(/\.\d{3}Z$/, 'Z')
+}
+
+export function pauseMessage(notice: PauseNotice): ChatMessage {
+  return {
+    text:
+      `burnrate paused agent ${agentLabel(notice.agentId)}: its 24 h spend ${formatUsd(notice.totalUsd)} ` +
+      `exceeded its daily budget of ${formatUsd(notice.thresholdUsd)} (${utcSeconds(notice.at)}).`,
+  }
+}
