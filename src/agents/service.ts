@@ -1,0 +1,193 @@
+import type { ClickHouseClient } from '@clickhouse/client'
+import type { Clock } from '../clock.ts'
+import { Problem } from '../errors.ts'
+import { manual } from '../hot-state/policy.ts'
+import { DEFAULT_POLICY, type AgentPolicy, type HotState, type Transition } from '../hot-state/types.ts'
+import type { IngestService } from '../ingest/service.ts'
+import { nanoToUsd, usdToNano } from '../money.ts'
+import { checkWebhookUrl, maskWebhookUrl } from '../notify/webhook.ts'
+import type { ConfigBody } from '../schemas/config.ts'
+import { getConfig, upsertConfig, type AgentConfigRow } from '../storage/configs.ts'
+import { agentEvents, agentHasEvents, agentTotals, costByModel, hourlyCost, recentEvents, type StoredEvent } from '../storage/events.ts'
+import { insertTransitions } from '../storage/transitions.ts'
+import { windowStartMs } from '../window.ts'
+
+const HOUR_MS = 3_600_000
+
+export interface AgentServiceDeps {
+  clickhouse: ClickHouseClient
+  hotState: HotState
+  ingest: IngestService
+  clock: Clock
+  allowPrivateWebhooks: boolean
+}
+
+/** Configuration, manual pause and the read API, all scoped to one user. */
+export class AgentService {
+  readonly #d: AgentServiceDeps
+
+  constructor(deps: AgentServiceDeps) {
+    this.#d = deps
+  }
+
+  /** POST /config: an upsert keyed on (user, agent). Omitted fields keep their value. */
+  async upsertConfig(userId: string, body: ConfigBody): Promise<void> {
+    const { clickhouse, hotState, clock } = this.#d
+    const ref = { userId, agentId: body.agent_id }
+    const now = clock.now()
+    const current = await getConfig(clickhouse, userId, body.agent_id)
+    const webhookUrl = body.slack_webhook_url !== undefined ? body.slack_webhook_url : (current?.slack_webhook_url ?? null)
+    if (webhookUrl !== null && body.slack_webhook_url !== undefined) {
+      const problem = checkWebhookUrl(webhookUrl, this.#d.allowPrivateWebhooks)
+      if (problem) {
+        const field = 'slack_webhook_url'
+        throw new Problem('invalid_body', `${field}: ${problem}`, { errors: [{ field, message: problem }] })
+      }
+    }
+    const policy: AgentPolicy = {
+      thresholdNano: body.cost_threshold_usd !== undefined ? usdToNano(body.cost_threshold_usd) : (current?.threshold_nano ?? DEFAULT_POLICY.thresholdNano),
+      autoResume: body.auto_resume ?? current?.auto_resume ?? false,
+      webhookUrl,
+    }
+    // Stored first: if ClickHouse refuses, nothing changed anywhere.
+    await upsertConfig(clickhouse, {
+      user_id: userId,
+      agent_id: body.agent_id,
+      threshold_nano: policy.thresholdNano,
+      slack_webhook_url: policy.webhookUrl,
+      auto_resume: policy.autoResume,
+      updatedAtMs: now,
+    })
+    const transition = await hotState.setPolicy(ref, policy, now)
+    if (transition) await this.#d.ingest.persistTransitions([transition])
+  }
+
+  /** POST /config/pause: returns the new pause flag. */
+  async setPaused(userId: string, agentId: string, paused: boolean): Promise<boolean> {
+    const { clickhouse, hotState, clock } = this.#d
+    const ref = { userId, agentId }
+    const now = clock.now()
+    const { snapshot } = await hotState.get(ref, now)
+    const next = manual(snapshot.pause, paused, snapshot.totalNano, snapshot.policy)
+    if (!next) return snapshot.pause.paused
+    // Stored before it takes effect, so a restart finds it; a refusal changes nothing.
+    const transition: Transition = {
+      ...ref,
+      at: now,
+      paused: next.paused,
+      reason: 'manual',
+      override: next.override,
+      totalNano: snapshot.totalNano,
+      thresholdNano: snapshot.policy.thresholdNano,
+      webhookUrl: snapshot.policy.webhookUrl,
+    }
+    await insertTransitions(clickhouse, [transition])
+    await hotState.setPaused(ref, paused, now)
+    return paused
+  }
+
+  /** GET /agents: agents with events in the window, highest cost first. */
+  async list(userId: string) {
+    const { clickhouse, hotState, clock } = this.#d
+    const now = clock.now()
+    const totals = await agentTotals(clickhouse, userId, windowStartMs(now))
+    const { snapshots, transitions } = await hotState.getMany(
+      userId,
+      totals.map((t) => t.agent_id),
+      now,
+    )
+    if (transitions.length > 0) await this.#d.ingest.persistTransitions(transitions)
+    return totals
+      .map((t, i) => {
+        const s = snapshots[i]!
+        return {
+          agent_id: t.agent_id,
+          total_cost_usd: nanoToUsd(t.cost_nano),
+          llm_calls: t.llm_calls,
+          ...(s.configured ? { cost_threshold_usd: nanoToUsd(s.policy.thresholdNano) } : {}),
+          is_paused: s.pause.paused,
+        }
+      })
+      .sort((a, b) => b.total_cost_usd - a.total_cost_usd || a.agent_id.localeCompare(b.agent_id))
+  }
+
+  async recentEvents(userId: string, limit: number) {
+    return (await recentEvents(this.#d.clickhouse, userId, limit)).map(formatEvent)
+  }
+
+  /** GET /agents/{id}: 404 when the agent has no events and no config (SPEC.md 4.6). */
+  async detail(userId: string, agentId: string, page: { limit: number; before?: string }) {
+    const { clickhouse, hotState, clock } = this.#d
+    const now = clock.now()
+    const since = windowStartMs(now)
+    const beforeMs = page.before ? Date.parse(page.before) : now + 1
+    const [totals, byModel, events, config, state] = await Promise.all([
+      agentTotals(clickhouse, userId, since, agentId),
+      costByModel(clickhouse, userId, agentId, since),
+      agentEvents(clickhouse, { userId, agentId, sinceMs: since, beforeMs, limit: page.limit }),
+      getConfig(clickhouse, userId, agentId),
+      hotState.get({ userId, agentId }, now),
+    ])
+    if (totals.length === 0 && !config && !(await agentHasEvents(clickhouse, userId, agentId))) {
+      throw new Problem('agent_not_found', `no agent ${JSON.stringify(agentId)} for this API key's user`)
+    }
+    if (state.transition) await this.#d.ingest.persistTransitions([state.transition])
+    const total = totals[0]
+    const last = events.at(-1)
+    return {
+      agent_id: agentId,
+      total_cost_usd: nanoToUsd(total?.cost_nano ?? 0),
+      llm_calls: total?.llm_calls ?? 0,
+      is_paused: state.snapshot.pause.paused,
+      paused_reason: state.snapshot.pause.reason,
+      config: config ? formatConfig(config) : null,
+      cost_by_model: byModel.map((m) => ({
+        model: m.model,
+        cost_usd: nanoToUsd(m.cost_nano),
+        llm_calls: m.llm_calls,
+        input_tokens: m.input_tokens,
+        output_tokens: m.output_tokens,
+      })),
+      events: events.map(formatEvent),
+      // The next page: pass it as ?before= (null when this page was the last).
+      next_before: events.length === page.limit && last ? last.timestamp : null,
+    }
+  }
+
+  /** GET /agents/{id}/hourly: exactly `hours` UTC buckets, oldest first, the last one the current hour. */
+  async hourly(userId: string, agentId: string, hours: number) {
+    const { clickhouse, clock } = this.#d
+    const currentHour = Math.floor(clock.now() / HOUR_MS) * HOUR_MS
+    const first = currentHour - (hours - 1) * HOUR_MS
+    const [rows, config] = await Promise.all([hourlyCost(clickhouse, userId, agentId, first), getConfig(clickhouse, userId, agentId)])
+    if (rows.length === 0 && !config && !(await agentHasEvents(clickhouse, userId, agentId))) {
+      throw new Problem('agent_not_found', `no agent ${JSON.stringify(agentId)} for this API key's user`)
+    }
+    const byHour = new Map(rows.map((r) => [r.hour_ms, r]))
+    const buckets = Array.from({ length: hours }, (_, i) => {
+      const hour = first + i * HOUR_MS
+      const r = byHour.get(hour)
+      return {
+        hour: new Date(hour).toISOString(),
+        cost_usd: nanoToUsd(r?.cost_nano ?? 0),
+        llm_calls: r?.llm_calls ?? 0,
+        input_tokens: r?.input_tokens ?? 0,
+        output_tokens: r?.output_tokens ?? 0,
+      }
+    })
+    return { agent_id: agentId, hours, buckets }
+  }
+}
+
+function formatEvent(e: StoredEvent) {
+  const { cost_nano, ...rest } = e
+  return { ...rest, cost_usd: nanoToUsd(cost_nano) }
+}
+
+function formatConfig(c: AgentConfigRow) {
+  return {
+    cost_threshold_usd: nanoToUsd(c.threshold_nano),
+    slack_webhook_url: c.slack_webhook_url === null ? null : maskWebhookUrl(c.slack_webhook_url),
+    auto_resume: c.auto_resume,
+  }
+}

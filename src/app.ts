@@ -1,0 +1,95 @@
+import type { ClickHouseClient } from '@clickhouse/client'
+import rateLimit from '@fastify/rate-limit'
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
+import type { AgentService } from './agents/service.ts'
+import type { ApiKeys } from './auth/api-keys.ts'
+import type { Config } from './config.ts'
+import { Problem, StoreUnavailableError, type ProblemCode } from './errors.ts'
+import type { HotState } from './hot-state/types.ts'
+import type { IngestService } from './ingest/service.ts'
+import { agentsRoutes } from './routes/agents.ts'
+import { configRoutes } from './routes/config.ts'
+import { eventsRoutes } from './routes/events.ts'
+import { healthRoutes } from './routes/health.ts'
+import { routeLimits } from './routes/limits.ts'
+import { MAX_BODY_BYTES } from './schemas/event.ts'
+
+export interface AppDeps {
+  config: Config
+  clickhouse: ClickHouseClient
+  hotState: HotState
+  ingest: IngestService
+  agents: AgentService
+  keys: ApiKeys
+  /** pino-compatible; none (silent) when omitted. */
+  log?: FastifyBaseLogger
+}
+
+const PUBLIC_ROUTES = new Set(['/healthz', '/readyz'])
+
+// Fastify's own errors, by code, to the catalogue (fastify lib/errors.js).
+const FASTIFY_CODES: Record<string, ProblemCode> = {
+  FST_ERR_CTP_BODY_TOO_LARGE: 'payload_too_large',
+  FST_ERR_CTP_INVALID_MEDIA_TYPE: 'unsupported_media_type',
+  FST_ERR_CTP_INVALID_CONTENT_LENGTH: 'invalid_body',
+  FST_ERR_CTP_EMPTY_JSON_BODY: 'invalid_json',
+  FST_ERR_CTP_INVALID_JSON_BODY: 'invalid_json',
+}
+
+/** The HTTP service: a Fastify instance with every route, not listening (tests inject or listen(0)). */
+export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
+  const app = Fastify({
+    ...(deps.log ? { loggerInstance: deps.log } : { logger: false }),
+    bodyLimit: MAX_BODY_BYTES,
+    trustProxy: deps.config.trustProxy,
+    // A body with __proto__ or constructor.prototype is refused, not silently stripped.
+    onProtoPoisoning: 'error',
+    onConstructorPoisoning: 'error',
+    return503OnClosing: true,
+  })
+
+  app.addHook('onRequest', async (request) => {
+    const route = request.routeOptions.url
+    if (route === undefined || PUBLIC_ROUTES.has(route)) return
+    const header = request.headers['x-api-key']
+    const key = Array.isArray(header) ? header[0] : header
+    if (!key) throw new Problem('unauthorized', 'missing x-api-key header')
+    const principal = await deps.keys.verify(key)
+    if (!principal) throw new Problem('unauthorized', 'unknown or revoked API key')
+    request.principal = principal
+  })
+
+  await app.register(rateLimit, { global: false })
+
+  app.setErrorHandler((err: FastifyError, request, reply) => {
+    const problem = toProblem(err)
+    if (problem.status >= 500) request.log.error({ err }, problem.message)
+    if (problem.retryAfter !== undefined) reply.header('retry-after', String(problem.retryAfter))
+    return reply.status(problem.status).type('application/problem+json').send(problem.toBody())
+  })
+
+  app.setNotFoundHandler((request, reply) => {
+    const problem = new Problem('not_found', `no route ${request.method} ${request.url.split('?')[0]}`)
+    return reply.status(404).type('application/problem+json').send(problem.toBody())
+  })
+
+  const limits = routeLimits(deps.config)
+  await app.register(healthRoutes(deps.clickhouse, deps.hotState))
+  await app.register(eventsRoutes(deps.ingest, limits))
+  await app.register(configRoutes(deps.agents, limits))
+  await app.register(agentsRoutes(deps.agents, limits))
+  return app
+}
+
+function toProblem(err: FastifyError): Problem {
+  if (err instanceof Problem) return err
+  if (err instanceof StoreUnavailableError) {
+    return new Problem('store_unavailable', 'the event store is unavailable; retry with the same event_id', { retryAfter: 1, cause: err })
+  }
+  const code = err.code ? FASTIFY_CODES[err.code] : undefined
+  if (code) return new Problem(code, err.message)
+  // JSON.parse and secure-json-parse (prototype poisoning) errors carry statusCode 400.
+  if (err.statusCode === 400) return new Problem('invalid_json', err.message)
+  if (err.statusCode === 405) return new Problem('method_not_allowed', err.message)
+  return new Problem('internal', 'internal server error', { cause: err })
+}

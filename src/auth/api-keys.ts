@@ -1,0 +1,105 @@
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
+import type { ClickHouseClient } from '@clickhouse/client'
+import type { Clock } from '../clock.ts'
+import { findKeyByHash, findKeyById, listKeys, saveKey, type ApiKeyRecord } from '../storage/keys.ts'
+
+/** What a request is allowed to act as, once its key is verified. */
+export interface Principal {
+  keyId: string
+  userId: string
+  rateLimit: number | null
+}
+
+export interface CreatedKey {
+  record: ApiKeyRecord
+  /** The secret, shown once: only its hash is stored. */
+  key: string
+}
+
+const KEY_PREFIX = 'br_'
+
+/**
+ * A key is `br_<key id>_<secret>`: the id is public (listed, revoked by), the secret is
+ * 32 random bytes. With that much entropy a plain SHA-256 is the right hash (no salt or
+ * slow KDF needed: there is nothing to brute-force), and a lookup is one indexed read.
+ */
+export function generateKey(): { keyId: string; key: string } {
+  const keyId = randomBytes(6).toString('hex')
+  const secret = randomBytes(32).toString('base64url')
+  return { keyId, key: `${KEY_PREFIX}${keyId}_${secret}` }
+}
+
+export function hashKey(key: string): string {
+  return createHash('sha256').update(key).digest('hex')
+}
+
+/** Keys as a service: create, list and revoke go to ClickHouse; verify is cached. */
+export class ApiKeys {
+  readonly #client: ClickHouseClient
+  readonly #clock: Clock
+  readonly #ttlMs: number
+  // hash → principal (or null for an unknown or revoked key) and when it was read.
+  readonly #cache = new Map<string, { principal: Principal | null; at: number }>()
+
+  constructor(client: ClickHouseClient, opts: { clock: Clock; cacheTtlMs: number }) {
+    this.#client = client
+    this.#clock = opts.clock
+    this.#ttlMs = opts.cacheTtlMs
+  }
+
+  async create(userId: string, opts: { name?: string; rateLimit?: number | null } = {}): Promise<CreatedKey> {
+    const { keyId, key } = generateKey()
+    const record: ApiKeyRecord = {
+      keyId,
+      userId,
+      name: opts.name ?? '',
+      keyHash: hashKey(key),
+      rateLimit: opts.rateLimit ?? null,
+      createdAt: new Date(this.#clock.now()).toISOString(),
+      revokedAt: null,
+    }
+    await saveKey(this.#client, record, 1)
+    this.#cache.delete(record.keyHash)
+    return { record, key }
+  }
+
+  list(): Promise<ApiKeyRecord[]> {
+    return listKeys(this.#client)
+  }
+
+  /** Revokes a key; returns the revoked record, or null when no key has that id. */
+  async revoke(keyId: string): Promise<ApiKeyRecord | null> {
+    const current = await findKeyById(this.#client, keyId)
+    if (!current) return null
+    if (current.revokedAt === null) {
+      current.revokedAt = new Date(this.#clock.now()).toISOString()
+      await saveKey(this.#client, current, 2)
+    }
+    this.#cache.set(current.keyHash, { principal: null, at: this.#clock.now() })
+    return current
+  }
+
+  /**
+   * The principal of a presented key, or null. Answers from a cache that is re-read
+   * after `cacheTtlMs`, so a key revoked by another instance stops working within that.
+   */
+  async verify(key: string): Promise<Principal | null> {
+    if (!key.startsWith(KEY_PREFIX) || key.length > 200) return null
+    const hash = hashKey(key)
+    const now = this.#clock.now()
+    const hit = this.#cache.get(hash)
+    if (hit && now - hit.at < this.#ttlMs) return hit.principal
+    const record = await findKeyByHash(this.#client, hash)
+    const principal =
+      record && record.revokedAt === null && safeEqual(record.keyHash, hash)
+        ? { keyId: record.keyId, userId: record.userId, rateLimit: record.rateLimit }
+        : null
+    if (this.#cache.size >= 100_000) this.#cache.clear()
+    this.#cache.set(hash, { principal, at: now })
+    return principal
+  }
+}
+
+function safeEqual(a: string, b: string): boolean {
+  return a.length === b.length && timingSafeEqual(Buffer.from(a), Buffer.from(b))
+}

@@ -1,0 +1,83 @@
+import { existsSync, unlinkSync } from 'node:fs'
+import { createServer, request, type Server } from 'node:http'
+import { join } from 'node:path'
+import type { ApiKeys } from '../auth/api-keys.ts'
+
+/**
+ * The admin socket: a Unix socket under DATA_DIR through which `burnrate keys …` reaches
+ * a running server. chDB lets one process open a data path, so while the server holds it
+ * the CLI asks the server; a key created or revoked this way takes effect at once.
+ * The socket file is only reachable by users who can reach DATA_DIR.
+ */
+export function adminSocketPath(dataDir: string): string {
+  return join(dataDir, 'burnrate.sock')
+}
+
+export async function startAdminSocket(path: string, keys: ApiKeys): Promise<Server> {
+  if (existsSync(path)) {
+    if (await isListening(path)) throw new Error(`another burnrate server is running on this DATA_DIR (${path} answers)`)
+    unlinkSync(path) // left behind by a process that was killed
+  }
+  const server = createServer((req, res) => {
+    const send = (status: number, body: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body))
+    }
+    let text = ''
+    req.setEncoding('utf8')
+    req.on('data', (chunk: string) => (text += chunk))
+    req.on('end', () => {
+      const run = async () => {
+        const body = text ? (JSON.parse(text) as Record<string, unknown>) : {}
+        if (req.method === 'GET' && req.url === '/keys') return send(200, await keys.list())
+        if (req.method === 'POST' && req.url === '/keys') {
+          const created = await keys.create(String(body.user), {
+            name: typeof body.name === 'string' ? body.name : undefined,
+            rateLimit: typeof body.rate_limit === 'number' ? body.rate_limit : null,
+          })
+          return send(200, created)
+        }
+        const revoke = req.method === 'POST' ? /^\/keys\/([^/]+)\/revoke$/.exec(req.url ?? '') : null
+        if (revoke) {
+          const record = await keys.revoke(decodeURIComponent(revoke[1]!))
+          return record ? send(200, record) : send(404, { error: 'no such key' })
+        }
+        send(404, { error: 'no such admin route' })
+      }
+      run().catch((err: unknown) => send(500, { error: err instanceof Error ? err.message : String(err) }))
+    })
+  })
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(path, () => resolve())
+  })
+  return server
+}
+
+/** One request to a running server's admin socket. */
+export function adminRequest<T>(path: string, method: 'GET' | 'POST', url: string, body?: unknown): Promise<T> {
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath: path, method, path: url, headers: { 'content-type': 'application/json' } }, (res) => {
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (c: string) => (text += c))
+      res.on('end', () => {
+        const parsed = JSON.parse(text) as T & { error?: string }
+        if (res.statusCode === 200) resolve(parsed)
+        else reject(new Error(parsed.error ?? `admin socket answered ${res.statusCode}`))
+      })
+    })
+    req.on('error', reject)
+    req.end(body === undefined ? undefined : JSON.stringify(body))
+  })
+}
+
+export function isListening(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = request({ socketPath: path, method: 'GET', path: '/ping' }, (res) => {
+      res.resume()
+      resolve(true)
+    })
+    req.on('error', () => resolve(false))
+    req.end()
+  })
+}

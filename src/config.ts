@@ -1,0 +1,86 @@
+import { resolve } from 'node:path'
+import { z } from 'zod'
+
+const bool = z
+  .enum(['true', 'false', '1', '0', 'yes', 'no'])
+  .transform((v) => v === 'true' || v === '1' || v === 'yes')
+
+const port = z.coerce.number().int().min(0).max(65535)
+const positiveInt = z.coerce.number().int().positive()
+
+/** Every environment variable burnrate reads, parsed once at start-up. */
+const envSchema = z.object({
+  PORT: port.default(8080),
+  HOST: z.string().min(1).default('127.0.0.1'),
+  DATA_DIR: z.string().min(1).default('./data'),
+  CLICKHOUSE_URL: z.url({ protocol: /^https?$/ }).optional(),
+  CLICKHOUSE_USER: z.string().optional(),
+  CLICKHOUSE_PASSWORD: z.string().optional(),
+  CLICKHOUSE_DATABASE: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/).default('default'),
+  REDIS_URL: z.string().optional(),
+  LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  PRICES_FILE: z.string().min(1).optional(),
+  EVENTS_RATE_LIMIT: positiveInt.default(120),
+  READS_RATE_LIMIT: positiveInt.default(600),
+  CONFIG_RATE_LIMIT: positiveInt.default(60),
+  WEBHOOK_ALLOW_PRIVATE: bool.default(false),
+  WEBHOOK_TIMEOUT_MS: positiveInt.default(5000),
+  BATCH_MAX_ROWS: positiveInt.default(5000),
+  BATCH_MAX_WAIT_MS: z.coerce.number().int().min(0).default(2),
+  KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(5000),
+  TRUST_PROXY: bool.default(false),
+})
+
+export interface Config {
+  readonly port: number
+  readonly host: string
+  readonly dataDir: string
+  readonly clickhouse:
+    | { readonly kind: 'embedded'; readonly path: string }
+    | { readonly kind: 'server'; readonly url: string; readonly username?: string; readonly password?: string }
+  readonly clickhouseDatabase: string
+  readonly redisUrl?: string
+  readonly logLevel: string
+  readonly pricesFile?: string
+  readonly rateLimits: { readonly events: number; readonly reads: number; readonly config: number }
+  readonly webhook: { readonly allowPrivate: boolean; readonly timeoutMs: number }
+  readonly batch: { readonly maxRows: number; readonly maxWaitMs: number }
+  readonly keyCacheTtlMs: number
+  readonly trustProxy: boolean
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError'
+}
+
+/** Parses the environment once; throws ConfigError naming every bad variable. */
+export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
+  // An empty variable means "not set", as in most shells' `FOO= cmd`.
+  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''))
+  const parsed = envSchema.safeParse(present)
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((i) => `  ${i.path.join('.')}: ${i.message}`)
+    throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`)
+  }
+  const e = parsed.data
+  if (e.REDIS_URL) {
+    throw new ConfigError('invalid configuration:\n  REDIS_URL: the Redis hot state is not available in this version; unset REDIS_URL')
+  }
+  const dataDir = resolve(e.DATA_DIR)
+  return Object.freeze({
+    port: e.PORT,
+    host: e.HOST,
+    dataDir,
+    clickhouse: e.CLICKHOUSE_URL
+      ? { kind: 'server' as const, url: e.CLICKHOUSE_URL, username: e.CLICKHOUSE_USER, password: e.CLICKHOUSE_PASSWORD }
+      : { kind: 'embedded' as const, path: resolve(dataDir, 'clickhouse') },
+    clickhouseDatabase: e.CLICKHOUSE_DATABASE,
+    logLevel: e.LOG_LEVEL,
+    pricesFile: e.PRICES_FILE,
+    rateLimits: { events: e.EVENTS_RATE_LIMIT, reads: e.READS_RATE_LIMIT, config: e.CONFIG_RATE_LIMIT },
+    webhook: { allowPrivate: e.WEBHOOK_ALLOW_PRIVATE, timeoutMs: e.WEBHOOK_TIMEOUT_MS },
+    batch: { maxRows: e.BATCH_MAX_ROWS, maxWaitMs: e.BATCH_MAX_WAIT_MS },
+    keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
+    trustProxy: e.TRUST_PROXY,
+  })
+}

@@ -1,0 +1,202 @@
+import type { Nano } from '../money.ts'
+import { minuteOf, inWindow } from '../window.ts'
+import { evaluate, manual } from './policy.ts'
+import { RollingWindow } from './window.ts'
+import {
+  DEFAULT_POLICY,
+  RUNNING,
+  type AgentPolicy,
+  type AgentRef,
+  type AgentSnapshot,
+  type HotState,
+  type PauseState,
+  type RecordInput,
+  type RecordResult,
+  type RestoreData,
+  type Transition,
+  type TransitionReason,
+} from './types.ts'
+
+interface AgentEntry {
+  window: RollingWindow
+  pause: PauseState
+  policy: AgentPolicy
+  configured: boolean
+}
+
+/**
+ * The hot state in process memory, for the embedded single-instance deployment. It keeps
+ * nothing another instance could need: with several instances, use the Redis one.
+ */
+export class MemoryHotState implements HotState {
+  readonly #agents = new Map<string, AgentEntry>()
+  // user\0event_id → cost, and a FIFO of the same keys by minute for amortised expiry.
+  readonly #seen = new Map<string, { costNano: Nano; minute: number }>()
+  readonly #seenQueue: Array<{ key: string; minute: number }> = []
+  #seenHead = 0
+
+  async seenEvent(userId: string, eventId: string, now: number): Promise<{ costNano: Nano } | null> {
+    this.#expireSeen(minuteOf(now))
+    const hit = this.#seen.get(seenKey(userId, eventId))
+    return hit ? { costNano: hit.costNano } : null
+  }
+
+  async record(events: readonly RecordInput[], now: number): Promise<RecordResult[]> {
+    const nowMinute = minuteOf(now)
+    this.#expireSeen(nowMinute)
+    return events.map((e) => {
+      const agent = this.#entry(e)
+      agent.window.expire(nowMinute)
+      const key = seenKey(e.userId, e.eventId)
+      if (this.#seen.has(key)) {
+        return { counted: false, totalNano: agent.window.totalNano, paused: agent.pause.paused, transition: null }
+      }
+      const minute = minuteOf(e.at)
+      this.#seen.set(key, { costNano: e.costNano, minute })
+      this.#seenQueue.push({ key, minute })
+      agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
+      const transition = this.#evaluate(e, agent, now, true)
+      return { counted: true, totalNano: agent.window.totalNano, paused: agent.pause.paused, transition }
+    })
+  }
+
+  async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }> {
+    const agent = this.#agents.get(agentKey(ref))
+    if (!agent) return { snapshot: { totalNano: 0, llmCalls: 0, pause: RUNNING, policy: DEFAULT_POLICY, configured: false }, transition: null }
+    agent.window.expire(minuteOf(now))
+    const transition = this.#evaluate(ref, agent, now, false)
+    return { snapshot: snapshotOf(agent), transition }
+  }
+
+  async getMany(userId: string, agentIds: readonly string[], now: number) {
+    const snapshots: AgentSnapshot[] = []
+    const transitions: Transition[] = []
+    for (const agentId of agentIds) {
+      const { snapshot, transition } = await this.get({ userId, agentId }, now)
+      snapshots.push(snapshot)
+      if (transition) transitions.push(transition)
+    }
+    return { snapshots, transitions }
+  }
+
+  async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null> {
+    const agent = this.#entry(ref)
+    const thresholdChanged = agent.policy.thresholdNano !== policy.thresholdNano
+    agent.policy = { ...policy }
+    agent.configured = true
+    if (thresholdChanged && agent.pause.override) {
+      agent.pause = { ...agent.pause, override: false }
+      return transitionOf(ref, agent, now, 'threshold_changed')
+    }
+    return null
+  }
+
+  async setPaused(ref: AgentRef, paused: boolean, now: number): Promise<Transition | null> {
+    const agent = this.#entry(ref)
+    agent.window.expire(minuteOf(now))
+    const next = manual(agent.pause, paused, agent.window.totalNano, agent.policy)
+    if (!next) return null
+    agent.pause = next
+    return transitionOf(ref, agent, now, 'manual')
+  }
+
+  async restore(data: RestoreData, now: number): Promise<Transition[]> {
+    this.#agents.clear()
+    this.#seen.clear()
+    this.#seenQueue.length = 0
+    this.#seenHead = 0
+    const nowMinute = minuteOf(now)
+    for (const p of data.policies) {
+      const agent = this.#entry(p)
+      agent.policy = { ...p.policy }
+      agent.configured = true
+    }
+    for (const p of data.pauses) this.#entry(p).pause = { ...p.pause }
+    for (const m of data.minutes) {
+      if (inWindow(m.minute, nowMinute)) this.#entry(m).window.add(m.minute, m.costNano, m.llmCalls)
+    }
+    for (const s of [...data.seen].sort((a, b) => a.minute - b.minute)) {
+      if (!inWindow(s.minute, nowMinute)) continue
+      const key = seenKey(s.userId, s.eventId)
+      this.#seen.set(key, { costNano: s.costNano, minute: s.minute })
+      this.#seenQueue.push({ key, minute: s.minute })
+    }
+    // A crossing stored just before a crash was never acted on: act on it now.
+    const transitions: Transition[] = []
+    for (const [key, agent] of this.#agents) {
+      const t = this.#evaluate(refOf(key), agent, now, true)
+      if (t) transitions.push(t)
+    }
+    return transitions
+  }
+
+  async ping(): Promise<void> {}
+
+  async close(): Promise<void> {}
+
+  #entry(ref: AgentRef): AgentEntry {
+    const key = agentKey(ref)
+    let agent = this.#agents.get(key)
+    if (!agent) {
+      agent = { window: new RollingWindow(), pause: RUNNING, policy: DEFAULT_POLICY, configured: false }
+      this.#agents.set(key, agent)
+    }
+    return agent
+  }
+
+  #evaluate(ref: AgentRef, agent: AgentEntry, now: number, mayPause: boolean): Transition | null {
+    const next = evaluate(agent.pause, agent.window.totalNano, agent.policy, mayPause)
+    if (!next) return null
+    agent.pause = next.state
+    return transitionOf(ref, agent, now, next.reason)
+  }
+
+  #expireSeen(nowMinute: number): void {
+    const q = this.#seenQueue
+    while (this.#seenHead < q.length && !inWindow(q[this.#seenHead]!.minute, nowMinute)) {
+      this.#seen.delete(q[this.#seenHead]!.key)
+      this.#seenHead++
+    }
+    if (this.#seenHead > 1024 && this.#seenHead * 2 > q.length) {
+      q.splice(0, this.#seenHead)
+      this.#seenHead = 0
+    }
+  }
+}
+
+function agentKey(ref: AgentRef): string {
+  return `${ref.userId}\0${ref.agentId}`
+}
+
+function refOf(key: string): AgentRef {
+  const i = key.indexOf('\0')
+  return { userId: key.slice(0, i), agentId: key.slice(i + 1) }
+}
+
+function seenKey(userId: string, eventId: string): string {
+  return `${userId}\0${eventId}`
+}
+
+function snapshotOf(agent: AgentEntry): AgentSnapshot {
+  return {
+    totalNano: agent.window.totalNano,
+    llmCalls: agent.window.llmCalls,
+    pause: { ...agent.pause },
+    policy: { ...agent.policy },
+    configured: agent.configured,
+  }
+}
+
+function transitionOf(ref: AgentRef, agent: AgentEntry, now: number, reason: TransitionReason): Transition {
+  return {
+    userId: ref.userId,
+    agentId: ref.agentId,
+    at: now,
+    paused: agent.pause.paused,
+    reason,
+    override: agent.pause.override,
+    totalNano: agent.window.totalNano,
+    thresholdNano: agent.policy.thresholdNano,
+    webhookUrl: agent.policy.webhookUrl,
+  }
+}

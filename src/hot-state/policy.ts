@@ -1,0 +1,40 @@
+import type { Nano } from '../money.ts'
+import type { AgentPolicy, PauseState, TransitionReason } from './types.ts'
+
+/**
+ * The budget rules of SPEC.md 3 and DECISIONS.md, as one pure function both hot-state
+ * implementations follow branch for branch (the Redis Lua script mirrors it).
+ *
+ * - A manual override ends once the total is at or below the threshold.
+ * - With auto_resume, an agent paused by its budget runs again at or below the threshold.
+ * - When `mayPause`, a running agent without override whose total is strictly above the
+ *   threshold is paused by its budget. Only ingestion (and a rebuild) may pause: reads
+ *   never start a pause nor send a notification.
+ */
+export function evaluate(
+  state: PauseState,
+  totalNano: Nano,
+  policy: AgentPolicy,
+  mayPause: boolean,
+): { state: PauseState; reason: TransitionReason } | null {
+  const under = totalNano <= policy.thresholdNano
+  if (state.override && under) return { state: { ...state, override: false }, reason: 'override_cleared' }
+  if (state.paused && state.reason === 'budget' && policy.autoResume && under) {
+    return { state: { paused: false, reason: null, override: false }, reason: 'auto_resume' }
+  }
+  if (mayPause && !state.paused && !state.override && !under) {
+    return { state: { paused: true, reason: 'budget', override: false }, reason: 'budget' }
+  }
+  return null
+}
+
+/**
+ * A manual pause holds until a manual resume (so pausing an agent its budget paused makes
+ * the pause manual: auto-resume no longer ends it); a resume over budget overrides auto-pause.
+ */
+export function manual(state: PauseState, paused: boolean, totalNano: Nano, policy: AgentPolicy): PauseState | null {
+  if (state.paused === paused && !(paused && state.reason === 'budget')) return null
+  return paused
+    ? { paused: true, reason: 'manual', override: false }
+    : { paused: false, reason: null, override: totalNano > policy.thresholdNano }
+}

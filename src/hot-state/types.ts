@@ -1,0 +1,106 @@
+import type { Nano } from '../money.ts'
+
+/** What a config says about an agent's budget (DECISIONS.md "Behaviour SPEC.md leaves open"). */
+export interface AgentPolicy {
+  thresholdNano: Nano
+  autoResume: boolean
+  webhookUrl: string | null
+}
+
+export const DEFAULT_THRESHOLD_NANO: Nano = 10_000_000_000 // SPEC.md 2.3: 10.0 USD
+
+export const DEFAULT_POLICY: AgentPolicy = Object.freeze({
+  thresholdNano: DEFAULT_THRESHOLD_NANO,
+  autoResume: false,
+  webhookUrl: null,
+})
+
+export type PauseReason = 'budget' | 'manual'
+
+export interface PauseState {
+  paused: boolean
+  /** Why it is paused; null while running. */
+  reason: PauseReason | null
+  /** A manual resume over budget: auto-pause is suppressed until the total is back under the threshold. */
+  override: boolean
+}
+
+export const RUNNING: PauseState = Object.freeze({ paused: false, reason: null, override: false })
+
+export type TransitionReason = 'budget' | 'manual' | 'auto_resume' | 'override_cleared' | 'threshold_changed'
+
+/** A change of pause state, persisted to pause_transitions. */
+export interface Transition {
+  userId: string
+  agentId: string
+  at: number
+  paused: boolean
+  reason: TransitionReason
+  override: boolean
+  totalNano: Nano
+  /** The policy in force when it happened (for the notification; not persisted). */
+  thresholdNano: Nano
+  webhookUrl: string | null
+}
+
+export interface AgentRef {
+  userId: string
+  agentId: string
+}
+
+/** One stored event, applied to the hot state after its batch is in ClickHouse. */
+export interface RecordInput extends AgentRef {
+  eventId: string
+  costNano: Nano
+  llmCall: boolean
+  at: number
+}
+
+export interface RecordResult {
+  /** False when the event id had already been counted for this user (then nothing changed). */
+  counted: boolean
+  totalNano: Nano
+  paused: boolean
+  transition: Transition | null
+}
+
+export interface AgentSnapshot {
+  totalNano: Nano
+  llmCalls: number
+  pause: PauseState
+  policy: AgentPolicy
+  /** Whether a config was set (POST /config) for this agent. */
+  configured: boolean
+}
+
+/** Everything the hot state is rebuilt from (storage reads it from ClickHouse). */
+export interface RestoreData {
+  minutes: Array<AgentRef & { minute: number; costNano: Nano; llmCalls: number }>
+  seen: Array<{ userId: string; eventId: string; costNano: Nano; minute: number }>
+  policies: Array<AgentRef & { policy: AgentPolicy }>
+  pauses: Array<AgentRef & { pause: PauseState }>
+}
+
+/**
+ * The hot state: rolling 24 h totals, pause flags and the event-id dedup set, answered
+ * in constant time per event. Two implementations share the same behavioural tests:
+ * in process (memory.ts) and, for several instances, Redis.
+ */
+export interface HotState {
+  /** The cost an event id was counted with, if this user's id was seen in the last 24 h. */
+  seenEvent(userId: string, eventId: string, now: number): Promise<{ costNano: Nano } | null>
+  /** Applies stored events in order: dedup, add to window, evaluate the budget rules. */
+  record(events: readonly RecordInput[], now: number): Promise<RecordResult[]>
+  /** The agent's window and state; relaxing rules (override cleared, auto-resume) apply. */
+  get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }>
+  /** Snapshots of several agents of one user (for listings). */
+  getMany(userId: string, agentIds: readonly string[], now: number): Promise<{ snapshots: AgentSnapshot[]; transitions: Transition[] }>
+  /** POST /config: a new policy; a changed threshold ends a manual override. */
+  setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null>
+  /** POST /config/pause: a manual pause or resume; null when the state already was that. */
+  setPaused(ref: AgentRef, paused: boolean, now: number): Promise<Transition | null>
+  /** Replaces the whole state with a rebuild; returns transitions the rebuild decided (a budget crossing stored but not yet acted on). */
+  restore(data: RestoreData, now: number): Promise<Transition[]>
+  ping(): Promise<void>
+  close(): Promise<void>
+}

@@ -1,0 +1,33 @@
+import type { Transition } from '../hot-state/types.ts'
+import { nanoToUsd } from '../money.ts'
+import type { WebhookNotifier } from '../notify/webhook.ts'
+
+/** Tells a team that its agent was paused by its budget (SPEC.md 6). */
+export interface PauseNotifier {
+  /** Returns at once: ingestion never waits on a chat service. */
+  budgetPaused(t: Transition): void
+  drain(): Promise<void>
+}
+
+export class WebhookPauseNotifier implements PauseNotifier {
+  readonly #webhooks: WebhookNotifier
+
+  constructor(webhooks: WebhookNotifier) {
+    this.#webhooks = webhooks
+  }
+
+  budgetPaused(t: Transition): void {
+    if (t.webhookUrl === null) return
+    this.#webhooks.notify(t.webhookUrl, {
+      userId: t.userId,
+      agentId: t.agentId,
+      totalUsd: nanoToUsd(t.totalNano),
+      thresholdUsd: nanoToUsd(t.thresholdNano),
+      at: new Date(t.at),
+    })
+  }
+
+  drain(): Promise<void> {
+    return this.#webhooks.drain()
+  }
+}

@@ -1,0 +1,158 @@
+import { randomUUID } from 'node:crypto'
+import type { ClickHouseClient } from '@clickhouse/client'
+import type { FastifyBaseLogger } from 'fastify'
+import type { Clock } from '../clock.ts'
+import type { HotState, RecordResult, Transition } from '../hot-state/types.ts'
+import { nanoToUsd, type Nano } from '../money.ts'
+import type { PriceTable } from '../pricing/price-table.ts'
+import type { EventBody } from '../schemas/event.ts'
+import { toChDateTime } from '../storage/clickhouse.ts'
+import { insertEvents, type EventRow } from '../storage/events.ts'
+import { insertTransitions } from '../storage/transitions.ts'
+import { GroupCommitter, type GroupCommitOptions } from './group-commit.ts'
+import type { PauseNotifier } from './notify.ts'
+
+/** The answer to POST /events (SPEC.md 4.1), in nano-USD until the route formats it. */
+export interface IngestReply {
+  eventId: string
+  costNano: Nano
+  paused: boolean
+  totalNano: Nano
+  duplicate: boolean
+}
+
+interface Item {
+  row: EventRow
+  at: number
+}
+
+export interface IngestDeps {
+  clickhouse: ClickHouseClient
+  hotState: HotState
+  prices: PriceTable
+  notifier: PauseNotifier
+  clock: Clock
+  log: FastifyBaseLogger
+  batch: GroupCommitOptions
+}
+
+/**
+ * The write path. An event is priced, group-committed to ClickHouse with the events that
+ * arrived with it, and only then counted in the hot state; the caller is answered after
+ * that, so a 200 means stored. A failed insert rejects the whole batch (the routes answer
+ * 503) and counts none of it, so a client retry with the same event_id is safe.
+ */
+export class IngestService {
+  readonly #deps: IngestDeps
+  readonly #committer: GroupCommitter<Item, RecordResult>
+  // Requests in flight per user+event_id: a concurrent repeat waits for the first.
+  readonly #inFlight = new Map<string, Promise<IngestReply>>()
+
+  constructor(deps: IngestDeps) {
+    this.#deps = deps
+    this.#committer = new GroupCommitter((items) => this.#commit(items), deps.batch)
+  }
+
+  get stats() {
+    return this.#committer.stats
+  }
+
+  async ingest(userId: string, event: EventBody): Promise<IngestReply> {
+    const eventId = event.event_id ?? randomUUID()
+    const key = `${userId}\0${eventId}`
+    const pending = this.#inFlight.get(key)
+    if (pending) return { ...(await pending), duplicate: true }
+
+    // Registered before the first await, so a concurrent repeat always finds it.
+    const reply = this.#accept(userId, eventId, event)
+    this.#inFlight.set(key, reply)
+    try {
+      return await reply
+    } finally {
+      this.#inFlight.delete(key)
+    }
+  }
+
+  /** Stores what is queued and stops taking events (graceful shutdown). */
+  close(): Promise<void> {
+    return this.#committer.close()
+  }
+
+  async #accept(userId: string, eventId: string, e: EventBody): Promise<IngestReply> {
+    const seen = await this.#deps.hotState.seenEvent(userId, eventId, this.#deps.clock.now())
+    if (seen) return this.#replay(userId, e.agent_id, eventId, seen.costNano)
+    const at = this.#deps.clock.now()
+    const priced =
+      e.event_type === 'llm_call'
+        ? this.#deps.prices.cost(e.model!, {
+            input_tokens: e.input_tokens,
+            output_tokens: e.output_tokens,
+            cache_read_tokens: e.cache_read_tokens,
+            cache_write_tokens: e.cache_write_tokens,
+          })
+        : { costNano: 0, fallback: false }
+    const row: EventRow = {
+      user_id: userId,
+      agent_id: e.agent_id,
+      timestamp: toChDateTime(at),
+      event_id: eventId,
+      event_type: e.event_type,
+      model: e.model ?? '',
+      input_tokens: e.input_tokens,
+      output_tokens: e.output_tokens,
+      cache_read_tokens: e.cache_read_tokens,
+      cache_write_tokens: e.cache_write_tokens,
+      tool_name: e.tool_name ?? null,
+      metadata: e.metadata ? JSON.stringify(e.metadata) : '',
+      cost_nano: priced.costNano,
+      price_fallback: priced.fallback,
+    }
+    const result = await this.#committer.submit({ row, at })
+    return { eventId, costNano: priced.costNano, paused: result.paused, totalNano: result.totalNano, duplicate: !result.counted }
+  }
+
+  async #replay(userId: string, agentId: string, eventId: string, costNano: Nano): Promise<IngestReply> {
+    const { snapshot } = await this.#deps.hotState.get({ userId, agentId }, this.#deps.clock.now())
+    return { eventId, costNano, paused: snapshot.pause.paused, totalNano: snapshot.totalNano, duplicate: true }
+  }
+
+  async #commit(items: Item[]): Promise<RecordResult[]> {
+    const { clickhouse, hotState, clock } = this.#deps
+    await insertEvents(
+      clickhouse,
+      items.map((i) => i.row),
+    )
+    const results = await hotState.record(
+      items.map(({ row, at }) => ({
+        userId: row.user_id,
+        agentId: row.agent_id,
+        eventId: row.event_id,
+        costNano: row.cost_nano,
+        llmCall: row.event_type === 'llm_call',
+        at,
+      })),
+      clock.now(),
+    )
+    const transitions = results.flatMap((r) => (r.transition ? [r.transition] : []))
+    if (transitions.length > 0) await this.persistTransitions(transitions)
+    return results
+  }
+
+  /**
+   * Records pause transitions and sends the budget notifications. The events behind them
+   * are already stored, so a failure here is logged, not answered: a rebuild re-derives a
+   * budget pause from the stored totals.
+   */
+  async persistTransitions(transitions: readonly Transition[]): Promise<void> {
+    try {
+      await insertTransitions(this.#deps.clickhouse, transitions)
+    } catch (err) {
+      this.#deps.log.error({ err, count: transitions.length }, 'could not store pause transitions')
+    }
+    for (const t of transitions) {
+      if (t.reason !== 'budget') continue
+      this.#deps.log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano) }, 'agent paused by its budget')
+      this.#deps.notifier.budgetPaused(t)
+    }
+  }
+}

@@ -1,0 +1,21 @@
+import type { FastifyPluginAsync } from 'fastify'
+import type { AgentService } from '../agents/service.ts'
+import { configBody, pauseBody } from '../schemas/config.ts'
+import type { RouteLimits } from './limits.ts'
+import { parse, principal } from './parse.ts'
+
+export const configRoutes =
+  (agents: AgentService, limits: RouteLimits): FastifyPluginAsync =>
+  async (app) => {
+    app.post('/config', { config: { rateLimit: limits.config } }, async (request) => {
+      const body = parse(configBody, request.body, 'invalid_body')
+      await agents.upsertConfig(principal(request).userId, body)
+      return { ok: true }
+    })
+
+    app.post('/config/pause', { config: { rateLimit: limits.config } }, async (request) => {
+      const body = parse(pauseBody, request.body, 'invalid_body')
+      const isPaused = await agents.setPaused(principal(request).userId, body.agent_id, body.is_paused)
+      return { ok: true, agent_id: body.agent_id, is_paused: isPaused }
+    })
+  }

@@ -1,0 +1,23 @@
+import type { FastifyPluginAsync } from 'fastify'
+import type { IngestService } from '../ingest/service.ts'
+import { nanoToUsd } from '../money.ts'
+import { eventBody } from '../schemas/event.ts'
+import { parse, principal } from './parse.ts'
+import type { RouteLimits } from './limits.ts'
+
+export const eventsRoutes =
+  (ingest: IngestService, limits: RouteLimits): FastifyPluginAsync =>
+  async (app) => {
+    app.post('/events', { config: { rateLimit: limits.events } }, async (request) => {
+      const event = parse(eventBody, request.body, 'invalid_body')
+      const reply = await ingest.ingest(principal(request).userId, event)
+      return {
+        ok: true,
+        event_id: reply.eventId,
+        cost_usd: nanoToUsd(reply.costNano),
+        paused: reply.paused,
+        total_cost_24h: nanoToUsd(reply.totalNano),
+        ...(reply.duplicate ? { duplicate: true } : {}),
+      }
+    })
+  }

@@ -1,0 +1,31 @@
+import type { FastifyRequest } from 'fastify'
+import type { z } from 'zod'
+import type { Principal } from '../auth/api-keys.ts'
+import { Problem, type FieldError } from '../errors.ts'
+
+/** Validates input against a zod schema, or throws a 400 problem naming every bad field. */
+export function parse<S extends z.ZodType>(schema: S, input: unknown, code: 'invalid_body' | 'invalid_query'): z.output<S> {
+  const result = schema.safeParse(input)
+  if (result.success) return result.data
+  const errors: FieldError[] = result.error.issues.flatMap((issue) => {
+    if (issue.code === 'unrecognized_keys') {
+      return issue.keys.map((k) => ({ field: [...issue.path, k].join('.'), message: 'is not a known field' }))
+    }
+    const field = issue.path.join('.') || '(body)'
+    const missing = issue.code === 'invalid_type' && issue.input === undefined
+    return [{ field, message: missing ? 'is required' : issue.message }]
+  })
+  throw new Problem(code, errors.map((e) => `${e.field}: ${e.message}`).join('; '), { errors })
+}
+
+/** The verified principal of an authenticated request (set by the auth hook). */
+export function principal(request: FastifyRequest): Principal {
+  if (!request.principal) throw new Problem('unauthorized', 'missing x-api-key header')
+  return request.principal
+}
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    principal?: Principal
+  }
+}

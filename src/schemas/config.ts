@@ -1,0 +1,35 @@
+import { z } from 'zod'
+import { agentId } from './event.ts'
+
+const webhookUrl = z.string().max(2048, 'must be at most 2048 characters').nullable()
+
+/**
+ * POST /config. `chat_webhook_url` is an alias of `slack_webhook_url` (DECISIONS.md);
+ * omitted fields keep their current value (a new config starts from the defaults).
+ */
+export const configBody = z
+  .strictObject({
+    agent_id: agentId,
+    cost_threshold_usd: z.number().min(0, 'must be >= 0').max(1_000_000, 'must be <= 1000000').optional(),
+    slack_webhook_url: webhookUrl.optional(),
+    chat_webhook_url: webhookUrl.optional(),
+    auto_resume: z.boolean().optional(),
+  })
+  .superRefine((c, ctx) => {
+    if (c.slack_webhook_url !== undefined && c.chat_webhook_url !== undefined && c.slack_webhook_url !== c.chat_webhook_url) {
+      ctx.addIssue({ code: 'custom', path: ['chat_webhook_url'], message: 'is an alias of slack_webhook_url; send one of them' })
+    }
+  })
+  .transform(({ chat_webhook_url, slack_webhook_url, ...rest }) => ({
+    ...rest,
+    slack_webhook_url: slack_webhook_url !== undefined ? slack_webhook_url : chat_webhook_url,
+  }))
+
+export type ConfigBody = z.output<typeof configBody>
+
+export const pauseBody = z.strictObject({
+  agent_id: agentId,
+  is_paused: z.boolean(),
+})
+
+export type PauseBody = z.output<typeof pauseBody>

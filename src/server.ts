@@ -1,0 +1,107 @@
+import type { Server } from 'node:http'
+import type { ClickHouseClient } from '@clickhouse/client'
+import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
+import { pino } from 'pino'
+import { AgentService } from './agents/service.ts'
+import { buildApp } from './app.ts'
+import { ApiKeys } from './auth/api-keys.ts'
+import { adminSocketPath, startAdminSocket } from './cli/admin.ts'
+import { systemClock, type Clock } from './clock.ts'
+import type { Config } from './config.ts'
+import { MemoryHotState } from './hot-state/memory.ts'
+import type { HotState } from './hot-state/types.ts'
+import { WebhookPauseNotifier } from './ingest/notify.ts'
+import { rebuildHotState } from './ingest/rebuild.ts'
+import { IngestService } from './ingest/service.ts'
+import { WebhookNotifier } from './notify/webhook.ts'
+import { createPriceTable, loadPricesFile } from './pricing/price-table.ts'
+import { createClickHouse } from './storage/clickhouse.ts'
+import { migrate } from './storage/migrations.ts'
+
+export interface Services {
+  config: Config
+  clock: Clock
+  clickhouse: ClickHouseClient
+  hotState: HotState
+  ingest: IngestService
+  agents: AgentService
+  keys: ApiKeys
+  webhooks: WebhookNotifier
+  /** Stores what is pending, lets notifications finish (bounded), closes the stores. */
+  close(): Promise<void>
+}
+
+/** Opens the stores, applies migrations and rebuilds the hot state from ClickHouse. */
+export async function openServices(config: Config, opts: { clock?: Clock; log: FastifyBaseLogger }): Promise<Services> {
+  const clock = opts.clock ?? systemClock
+  const { log } = opts
+  const prices = createPriceTable({ overrides: config.pricesFile ? await loadPricesFile(config.pricesFile) : null, clock })
+  const clickhouse = createClickHouse(config)
+  const applied = await migrate(clickhouse)
+  if (applied.length > 0) log.info({ applied }, 'applied migrations')
+
+  const hotState: HotState = new MemoryHotState()
+  const webhooks = new WebhookNotifier({ allowPrivate: config.webhook.allowPrivate, timeoutMs: config.webhook.timeoutMs, logger: log })
+  const ingest = new IngestService({
+    clickhouse,
+    hotState,
+    prices,
+    notifier: new WebhookPauseNotifier(webhooks),
+    clock,
+    log,
+    batch: { maxItems: config.batch.maxRows, maxWaitMs: config.batch.maxWaitMs },
+  })
+  const transitions = await rebuildHotState(clickhouse, hotState, clock.now())
+  if (transitions.length > 0) await ingest.persistTransitions(transitions)
+
+  const agents = new AgentService({ clickhouse, hotState, ingest, clock, allowPrivateWebhooks: config.webhook.allowPrivate })
+  const keys = new ApiKeys(clickhouse, { clock, cacheTtlMs: config.keyCacheTtlMs })
+
+  return {
+    config,
+    clock,
+    clickhouse,
+    hotState,
+    ingest,
+    agents,
+    keys,
+    webhooks,
+    async close() {
+      await ingest.close()
+      await Promise.race([webhooks.drain(), new Promise((r) => setTimeout(r, 10_000).unref())])
+      await hotState.close()
+      await clickhouse.close()
+    },
+  }
+}
+
+export interface RunningServer {
+  app: FastifyInstance
+  services: Services
+  address: string
+  close(): Promise<void>
+}
+
+/** `burnrate serve`: stores, HTTP on HOST:PORT, the admin socket, and a drain on SIGTERM/SIGINT. */
+export async function startServer(config: Config): Promise<RunningServer> {
+  const log = pino({ level: config.logLevel })
+  const services = await openServices(config, { log })
+  const app = await buildApp({ ...services, log })
+  let admin: Server | null = null
+  try {
+    admin = await startAdminSocket(adminSocketPath(config.dataDir), services.keys)
+    const address = await app.listen({ port: config.port, host: config.host })
+    let closing: Promise<void> | null = null
+    const close = () =>
+      (closing ??= (async () => {
+        await app.close() // stops accepting; in-flight requests finish with their batches
+        await new Promise<void>((r) => (admin ? admin.close(() => r()) : r()))
+        await services.close()
+      })())
+    return { app, services, address, close }
+  } catch (err) {
+    admin?.close()
+    await services.close()
+    throw err
+  }
+}

@@ -1,0 +1,50 @@
+import { mkdirSync } from 'node:fs'
+import { createClient, type ClickHouseClient, type ClickHouseClientConfigOptions } from '@clickhouse/client'
+import { createChdbConnection } from 'chdb/connection'
+import type { Config } from '../config.ts'
+
+/**
+ * One client API for both deployments: with CLICKHOUSE_URL the client talks HTTP to a
+ * server; without it the same client is plugged into chDB, the ClickHouse engine in
+ * process, so every query in storage/ runs unchanged on both.
+ */
+export function createClickHouse(config: Pick<Config, 'clickhouse' | 'clickhouseDatabase'>): ClickHouseClient {
+  const clickhouse_settings = {
+    // Servers quote 64-bit integers in JSON by default and chDB does not; pin it so rows
+    // look the same on both (and nano-USD sums never pass through a lossy double).
+    output_format_json_quote_64bit_integers: 1,
+    date_time_output_format: 'simple',
+  } as const
+  if (config.clickhouse.kind === 'server') {
+    return createClient({
+      url: config.clickhouse.url,
+      username: config.clickhouse.username,
+      password: config.clickhouse.password,
+      database: config.clickhouseDatabase,
+      clickhouse_settings,
+      request_timeout: 30_000,
+    })
+  }
+  mkdirSync(config.clickhouse.path, { recursive: true })
+  return createClient({
+    // chdb types its Connection against @clickhouse/client-common, which the client
+    // vendors as its own copy: the shapes are the same, the declarations are not.
+    connection: createChdbConnection({ path: config.clickhouse.path }) as unknown as ClickHouseClientConfigOptions['connection'],
+    clickhouse_settings,
+  })
+}
+
+/** ClickHouse DateTime64(3) text for a JS epoch-ms instant ("2026-01-01 12:00:00.000", UTC). */
+export function toChDateTime(ms: number): string {
+  return new Date(ms).toISOString().replace('T', ' ').replace('Z', '')
+}
+
+/** ISO 8601 UTC for a ClickHouse DateTime/DateTime64 text value. */
+export function fromChDateTime(text: string): string {
+  const iso = text.replace(' ', 'T')
+  return iso.includes('.') ? `${iso}Z` : `${iso}.000Z`
+}
+
+export function chDateTimeToMs(text: string): number {
+  return Date.parse(fromChDateTime(text))
+}

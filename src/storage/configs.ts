@@ -1,0 +1,55 @@
+import type { ClickHouseClient } from '@clickhouse/client'
+import { z } from 'zod'
+import type { Nano } from '../money.ts'
+import { toChDateTime } from './clickhouse.ts'
+import { insert, select } from './query.ts'
+
+export interface AgentConfigRow {
+  user_id: string
+  agent_id: string
+  threshold_nano: Nano
+  slack_webhook_url: string | null
+  auto_resume: boolean
+  updated_at: string
+}
+
+const int = z.coerce.number().int()
+const configRow = z.object({
+  user_id: z.string(),
+  agent_id: z.string(),
+  threshold_nano: int,
+  slack_webhook_url: z.string().nullable(),
+  auto_resume: z.coerce.boolean(),
+  last_updated_at: z.string(),
+}).transform(({ last_updated_at, ...r }) => ({ ...r, updated_at: last_updated_at }))
+
+export function upsertConfig(
+  client: ClickHouseClient,
+  c: Omit<AgentConfigRow, 'updated_at'> & { updatedAtMs: number },
+): Promise<void> {
+  const { updatedAtMs, ...row } = c
+  return insert(client, 'agent_configs', [{ ...row, updated_at: toChDateTime(updatedAtMs) }])
+}
+
+// argMax over updated_at rather than FINAL: the newest row wins even before a merge.
+const LATEST = `SELECT user_id, agent_id,
+    argMax(threshold_nano, updated_at) AS threshold_nano,
+    argMax(slack_webhook_url, updated_at) AS slack_webhook_url,
+    argMax(auto_resume, updated_at) AS auto_resume,
+    toString(max(updated_at)) AS last_updated_at
+  FROM agent_configs`
+
+export async function getConfig(client: ClickHouseClient, userId: string, agentId: string): Promise<AgentConfigRow | null> {
+  const rows = await select(
+    client,
+    `${LATEST} WHERE user_id = {user:String} AND agent_id = {agent:String} GROUP BY user_id, agent_id`,
+    { user: userId, agent: agentId },
+    configRow,
+  )
+  return rows[0] ?? null
+}
+
+/** Every agent's current config, for rebuilding the hot state. */
+export function allConfigs(client: ClickHouseClient): Promise<AgentConfigRow[]> {
+  return select(client, `${LATEST} GROUP BY user_id, agent_id`, {}, configRow)
+}

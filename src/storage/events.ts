@@ -1,0 +1,199 @@
+import type { ClickHouseClient } from '@clickhouse/client'
+import { z } from 'zod'
+import type { Nano } from '../money.ts'
+import { fromChDateTime } from './clickhouse.ts'
+import { insert, select } from './query.ts'
+
+/** A row of the events table as burnrate writes it. */
+export interface EventRow {
+  user_id: string
+  agent_id: string
+  timestamp: string
+  event_id: string
+  event_type: 'llm_call' | 'tool_call' | 'agent_start' | 'agent_end'
+  model: string
+  input_tokens: number
+  output_tokens: number
+  cache_read_tokens: number
+  cache_write_tokens: number
+  tool_name: string | null
+  metadata: string
+  cost_nano: Nano
+  price_fallback: boolean
+}
+
+const int = z.coerce.number().int()
+
+/** The event as the read API shows it (DECISIONS.md "Read responses"). */
+const storedEvent = z
+  .object({
+    event_id: z.string(),
+    agent_id: z.string(),
+    event_type: z.string(),
+    model: z.string(),
+    input_tokens: int,
+    output_tokens: int,
+    cache_read_tokens: int,
+    cache_write_tokens: int,
+    tool_name: z.string().nullable(),
+    metadata: z.string(),
+    cost_nano: int,
+    price_fallback: z.coerce.boolean(),
+    timestamp: z.string(),
+  })
+  .transform((r) => ({
+    event_id: r.event_id,
+    agent_id: r.agent_id,
+    event_type: r.event_type,
+    model: r.model === '' ? null : r.model,
+    input_tokens: r.input_tokens,
+    output_tokens: r.output_tokens,
+    cache_read_tokens: r.cache_read_tokens,
+    cache_write_tokens: r.cache_write_tokens,
+    tool_name: r.tool_name,
+    metadata: r.metadata === '' ? {} : (JSON.parse(r.metadata) as Record<string, unknown>),
+    cost_nano: r.cost_nano,
+    price_fallback: r.price_fallback,
+    timestamp: fromChDateTime(r.timestamp),
+  }))
+
+export type StoredEvent = z.output<typeof storedEvent>
+
+const EVENT_COLUMNS = `toString(event_id) AS event_id, agent_id, event_type, model, input_tokens, output_tokens,
+  cache_read_tokens, cache_write_tokens, tool_name, metadata, cost_nano, price_fallback, timestamp`
+
+export function insertEvents(client: ClickHouseClient, rows: readonly EventRow[]): Promise<void> {
+  return insert(client, 'events', rows)
+}
+
+/** The user's most recent events across all agents, newest first. */
+export function recentEvents(client: ClickHouseClient, userId: string, limit: number): Promise<StoredEvent[]> {
+  return select(
+    client,
+    `SELECT ${EVENT_COLUMNS} FROM events WHERE user_id = {user:String}
+     ORDER BY timestamp DESC, event_id DESC LIMIT {limit:UInt32}`,
+    { user: userId, limit },
+    storedEvent,
+  )
+}
+
+/** One agent's events since `sinceMs` and before `beforeMs` (a page cursor), newest first. */
+export function agentEvents(
+  client: ClickHouseClient,
+  q: { userId: string; agentId: string; sinceMs: number; beforeMs: number; limit: number },
+): Promise<StoredEvent[]> {
+  return select(
+    client,
+    `SELECT ${EVENT_COLUMNS} FROM events
+     WHERE user_id = {user:String} AND agent_id = {agent:String}
+       AND timestamp >= fromUnixTimestamp64Milli({since:Int64})
+       AND timestamp < fromUnixTimestamp64Milli({before:Int64})
+     ORDER BY timestamp DESC, event_id DESC LIMIT {limit:UInt32}`,
+    { user: q.userId, agent: q.agentId, since: q.sinceMs, before: q.beforeMs, limit: q.limit },
+    storedEvent,
+  )
+}
+
+const agentTotalRow = z.object({ agent_id: z.string(), cost_nano: int, llm_calls: int })
+export type AgentTotal = z.output<typeof agentTotalRow>
+
+/** Agents of the user with events since `sinceMs`, with their totals. */
+export function agentTotals(client: ClickHouseClient, userId: string, sinceMs: number, agentId?: string): Promise<AgentTotal[]> {
+  return select(
+    client,
+    `SELECT agent_id, sum(cost_nano) AS cost_nano, countIf(event_type = 'llm_call') AS llm_calls
+     FROM events
+     WHERE user_id = {user:String} AND timestamp >= fromUnixTimestamp64Milli({since:Int64})
+       ${agentId === undefined ? '' : 'AND agent_id = {agent:String}'}
+     GROUP BY agent_id`,
+    { user: userId, since: sinceMs, agent: agentId },
+    agentTotalRow,
+  )
+}
+
+const modelCostRow = z.object({ model: z.string(), cost_nano: int, llm_calls: int, input_tokens: int, output_tokens: int })
+export type ModelCost = z.output<typeof modelCostRow>
+
+/** One agent's llm_call cost by model since `sinceMs`, most expensive first. */
+export function costByModel(client: ClickHouseClient, userId: string, agentId: string, sinceMs: number): Promise<ModelCost[]> {
+  return select(
+    client,
+    `SELECT model, sum(cost_nano) AS cost_nano, count() AS llm_calls,
+            sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens
+     FROM events
+     WHERE user_id = {user:String} AND agent_id = {agent:String} AND event_type = 'llm_call'
+       AND timestamp >= fromUnixTimestamp64Milli({since:Int64})
+     GROUP BY model ORDER BY cost_nano DESC, model`,
+    { user: userId, agent: agentId, since: sinceMs },
+    modelCostRow,
+  )
+}
+
+export async function agentHasEvents(client: ClickHouseClient, userId: string, agentId: string): Promise<boolean> {
+  const rows = await select(
+    client,
+    'SELECT 1 AS found FROM events WHERE user_id = {user:String} AND agent_id = {agent:String} LIMIT 1',
+    { user: userId, agent: agentId },
+    z.object({ found: int }),
+  )
+  return rows.length > 0
+}
+
+const hourRow = z.object({ hour_ms: int, cost_nano: int, llm_calls: int, input_tokens: int, output_tokens: int })
+export type HourRow = z.output<typeof hourRow>
+
+/** Hourly sums from the materialized view (sql/0002), for UTC hours since `sinceMs`. */
+export function hourlyCost(client: ClickHouseClient, userId: string, agentId: string, sinceMs: number): Promise<HourRow[]> {
+  return select(
+    client,
+    `SELECT toUnixTimestamp(hour) * 1000 AS hour_ms, sum(cost_nano) AS cost_nano, sum(llm_calls) AS llm_calls,
+            sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens
+     FROM hourly_cost
+     WHERE user_id = {user:String} AND agent_id = {agent:String}
+       AND hour >= toDateTime(intDiv({since:Int64}, 1000), 'UTC')
+     GROUP BY hour_ms ORDER BY hour_ms`,
+    { user: userId, agent: agentId, since: sinceMs },
+    hourRow,
+  )
+}
+
+const minuteRow = z.object({ user_id: z.string(), agent_id: z.string(), minute: int, cost_nano: int, llm_calls: int })
+export type MinuteRow = z.output<typeof minuteRow>
+
+/**
+ * Per-minute totals of every agent since `sinceMs`, for rebuilding the hot state.
+ * An event_id stored twice for a user (a retry whose first insert failed ambiguously)
+ * counts once, as the dedup rule of DECISIONS.md says.
+ */
+export function windowMinutes(client: ClickHouseClient, sinceMs: number): Promise<MinuteRow[]> {
+  return select(
+    client,
+    `SELECT user_id, agent_id, minute, sum(cost) AS cost_nano, countIf(llm) AS llm_calls
+     FROM (
+       SELECT user_id, argMin(agent_id, timestamp) AS agent_id,
+              min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute,
+              argMin(cost_nano, timestamp) AS cost, argMin(event_type = 'llm_call', timestamp) AS llm
+       FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64})
+       GROUP BY user_id, event_id
+     )
+     GROUP BY user_id, agent_id, minute ORDER BY minute`,
+    { since: sinceMs },
+    minuteRow,
+  )
+}
+
+const seenRow = z.object({ user_id: z.string(), event_id: z.string(), cost_nano: int, minute: int })
+export type SeenRow = z.output<typeof seenRow>
+
+/** Event ids accepted since `sinceMs`, for rebuilding the dedup set. */
+export function seenEvents(client: ClickHouseClient, sinceMs: number): Promise<SeenRow[]> {
+  return select(
+    client,
+    `SELECT user_id, toString(event_id) AS event_id, any(cost_nano) AS cost_nano,
+            min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute
+     FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64})
+     GROUP BY user_id, event_id`,
+    { since: sinceMs },
+    seenRow,
+  )
+}
