@@ -38,8 +38,10 @@ export class ApiKeys {
   readonly #client: ClickHouseClient
   readonly #clock: Clock
   readonly #ttlMs: number
-  // hash → principal (or null for an unknown or revoked key) and when it was read.
-  readonly #cache = new Map<string, { principal: Principal | null; at: number }>()
+  // hash → principal (null for an unknown or revoked key) and when it was read. The entry
+  // holds the lookup's promise, so concurrent requests with a new key wait for one query
+  // instead of sending one each (a fleet starting up presents one key many times at once).
+  readonly #cache = new Map<string, { principal: Promise<Principal | null>; at: number }>()
 
   constructor(client: ClickHouseClient, opts: { clock: Clock; cacheTtlMs: number }) {
     this.#client = client
@@ -59,7 +61,7 @@ export class ApiKeys {
       revokedAt: null,
     }
     await saveKey(this.#client, record, 1)
-    this.#cache.delete(record.keyHash)
+    this.#cache.set(record.keyHash, { principal: Promise.resolve(principalOf(record)), at: this.#clock.now() })
     return { record, key }
   }
 
@@ -75,7 +77,7 @@ export class ApiKeys {
       current.revokedAt = new Date(this.#clock.now()).toISOString()
       await saveKey(this.#client, current, 2)
     }
-    this.#cache.set(current.keyHash, { principal: null, at: this.#clock.now() })
+    this.#cache.set(current.keyHash, { principal: Promise.resolve(null), at: this.#clock.now() })
     return current
   }
 
@@ -89,15 +91,19 @@ export class ApiKeys {
     const now = this.#clock.now()
     const hit = this.#cache.get(hash)
     if (hit && now - hit.at < this.#ttlMs) return hit.principal
-    const record = await findKeyByHash(this.#client, hash)
-    const principal =
-      record && record.revokedAt === null && safeEqual(record.keyHash, hash)
-        ? { keyId: record.keyId, userId: record.userId, rateLimit: record.rateLimit }
-        : null
+    const principal = findKeyByHash(this.#client, hash).then((record) =>
+      record && safeEqual(record.keyHash, hash) ? principalOf(record) : null,
+    )
     if (this.#cache.size >= 100_000) this.#cache.clear()
     this.#cache.set(hash, { principal, at: now })
+    // A failed lookup is not remembered: the next request asks again.
+    principal.catch(() => this.#cache.delete(hash))
     return principal
   }
+}
+
+function principalOf(record: ApiKeyRecord): Principal | null {
+  return record.revokedAt === null ? { keyId: record.keyId, userId: record.userId, rateLimit: record.rateLimit } : null
 }
 
 function safeEqual(a: string, b: string): boolean {

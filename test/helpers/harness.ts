@@ -1,0 +1,75 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
+import { pino } from 'pino'
+import { buildApp } from '../../src/app.ts'
+import type { Clock } from '../../src/clock.ts'
+import { loadConfig } from '../../src/config.ts'
+import { openServices, type Services } from '../../src/server.ts'
+
+export interface Harness {
+  app: FastifyInstance
+  services: Services
+  dataDir: string
+  /** A new API key for `user` (each test uses its own users, so tests of one file share the engine). */
+  key(user: string, opts?: { rateLimit?: number }): Promise<string>
+  post(path: string, body: unknown, key: string | null): Promise<LightMyRequestResponse>
+  get(path: string, key: string | null): Promise<LightMyRequestResponse>
+  close(): Promise<void>
+}
+
+let seq = 0
+
+/** A unique name, so tests sharing one engine never see each other's users or agents. */
+export function unique(prefix: string): string {
+  return `${prefix}-${process.pid}-${++seq}-${Math.random().toString(36).slice(2, 8)}`
+}
+
+/**
+ * The real service in process: chDB on a fresh data directory, the in-process hot state,
+ * the real routes. chDB allows one data path per process, and vitest runs each test file in
+ * its own process: open one harness per file (beforeAll) and isolate tests by user.
+ */
+export async function startHarness(opts: { clock?: Clock; env?: Record<string, string> } = {}): Promise<Harness> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'burnrate-test-'))
+  const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'silent', WEBHOOK_ALLOW_PRIVATE: 'true', BATCH_MAX_WAIT_MS: '1', ...opts.env })
+  const log = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
+  const services = await openServices(config, { clock: opts.clock, log })
+  const app = await buildApp({ ...services, log })
+  await app.ready()
+  const headers = (key: string | null) => (key === null ? {} : { 'x-api-key': key })
+  return {
+    app,
+    services,
+    dataDir,
+    async key(user, o = {}) {
+      return (await services.keys.create(user, { rateLimit: o.rateLimit ?? 1_000_000 })).key
+    },
+    post: (url, body, key) =>
+      app.inject({ method: 'POST', url, headers: { ...headers(key), 'content-type': 'application/json' }, payload: JSON.stringify(body) }),
+    get: (url, key) => app.inject({ method: 'GET', url, headers: headers(key) }),
+    async close() {
+      await app.close()
+      await services.close()
+    },
+  }
+}
+
+/** Polls `check` until it returns a value other than undefined, or fails after `ms`. */
+export async function eventually<T>(check: () => T | undefined | Promise<T | undefined>, ms = 5000): Promise<T> {
+  const deadline = Date.now() + ms
+  for (;;) {
+    const value = await check()
+    if (value !== undefined) return value
+    if (Date.now() > deadline) throw new Error(`condition not met within ${ms} ms`)
+    await new Promise((r) => setTimeout(r, 20))
+  }
+}
+
+export function llmCall(agentId: string, extra: Record<string, unknown> = {}) {
+  return { agent_id: agentId, event_type: 'llm_call', model: 'gpt-4o', input_tokens: 1000, output_tokens: 500, ...extra }
+}
+
+/** gpt-4o at 2.5 / 10 USD per 1M tokens: 1000 in + 500 out = 0.0075 USD. */
+export const LLM_CALL_USD = 0.0075
