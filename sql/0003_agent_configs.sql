@@ -1,5 +1,5 @@
 -- One config per (user, agent): POST /config is an upsert, so rows are versioned and
--- the newest wins (read with argMax / FINAL).
+-- the newest version wins (read with argMax, so before a merge too).
 CREATE TABLE IF NOT EXISTS agent_configs
 (
     user_id            String,
@@ -7,7 +7,8 @@ CREATE TABLE IF NOT EXISTS agent_configs
     threshold_nano     Int64,
     slack_webhook_url  Nullable(String),
     auto_resume        Bool,
-    updated_at         DateTime64(3, 'UTC')
+    updated_at         DateTime64(3, 'UTC'),
+    version            UInt64
 )
-ENGINE = ReplacingMergeTree(updated_at)
+ENGINE = ReplacingMergeTree(version)
 ORDER BY (user_id, agent_id);

@@ -6,7 +6,7 @@ CREATE TABLE IF NOT EXISTS pause_transitions
     user_id    String,
     agent_id   String,
     at         DateTime64(3, 'UTC'),
-    seq        UInt64,
+    version    UInt64,
     is_paused  Bool,
     -- budget | manual | auto_resume | override_cleared | threshold_changed
     reason     LowCardinality(String),
@@ -15,4 +15,4 @@ CREATE TABLE IF NOT EXISTS pause_transitions
     total_nano Int64
 )
 ENGINE = MergeTree
-ORDER BY (user_id, agent_id, at, seq);
+ORDER BY (user_id, agent_id, version);

@@ -49,14 +49,20 @@ export class MemoryHotState implements HotState {
       agent.window.expire(nowMinute)
       const key = seenKey(e.userId, e.eventId)
       if (this.#seen.has(key)) {
-        return { counted: false, totalNano: agent.window.totalNano, paused: agent.pause.paused, transition: null }
+        return { counted: false, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions: [] }
       }
       const minute = minuteOf(e.at)
       this.#seen.set(key, { costNano: e.costNano, minute })
       this.#seenQueue.push({ key, minute })
+      // What the expiry relaxed comes first (an override ends when the total fell back
+      // under the threshold, even if this event takes it over again), then this event.
+      const transitions: Transition[] = []
+      const relaxed = this.#evaluate(e, agent, now, false)
+      if (relaxed) transitions.push(relaxed)
       agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
-      const transition = this.#evaluate(e, agent, now, true)
-      return { counted: true, totalNano: agent.window.totalNano, paused: agent.pause.paused, transition }
+      const crossed = this.#evaluate(e, agent, now, true)
+      if (crossed) transitions.push(crossed)
+      return { counted: true, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions }
     })
   }
 

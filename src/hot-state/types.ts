@@ -61,7 +61,8 @@ export interface RecordResult {
   counted: boolean
   totalNano: Nano
   paused: boolean
-  transition: Transition | null
+  /** What this event changed: at most an ended override (the window expired first) and a budget pause. */
+  transitions: Transition[]
 }
 
 export interface AgentSnapshot {

@@ -133,7 +133,7 @@ export class IngestService {
       })),
       clock.now(),
     )
-    const transitions = results.flatMap((r) => (r.transition ? [r.transition] : []))
+    const transitions = results.flatMap((r) => r.transitions)
     if (transitions.length > 0) await this.persistTransitions(transitions)
     return results
   }

@@ -3,6 +3,7 @@ import { z } from 'zod'
 import type { Nano } from '../money.ts'
 import { toChDateTime } from './clickhouse.ts'
 import { insert, select } from './query.ts'
+import { nextVersion } from './version.ts'
 
 export interface AgentConfigRow {
   user_id: string
@@ -28,15 +29,16 @@ export function upsertConfig(
   c: Omit<AgentConfigRow, 'updated_at'> & { updatedAtMs: number },
 ): Promise<void> {
   const { updatedAtMs, ...row } = c
-  return insert(client, 'agent_configs', [{ ...row, updated_at: toChDateTime(updatedAtMs) }])
+  return insert(client, 'agent_configs', [{ ...row, updated_at: toChDateTime(updatedAtMs), version: nextVersion(updatedAtMs) }])
 }
 
-// argMax over updated_at rather than FINAL: the newest row wins even before a merge.
+// argMax over the version rather than FINAL: the newest row wins even before a merge.
+// (argMax skips NULLs, so a removed webhook URL is kept as '' in the row, read as null.)
 const LATEST = `SELECT user_id, agent_id,
-    argMax(threshold_nano, updated_at) AS threshold_nano,
-    argMax(slack_webhook_url, updated_at) AS slack_webhook_url,
-    argMax(auto_resume, updated_at) AS auto_resume,
-    toString(max(updated_at)) AS last_updated_at
+    argMax(threshold_nano, version) AS threshold_nano,
+    nullIf(argMax(ifNull(slack_webhook_url, ''), version), '') AS slack_webhook_url,
+    argMax(auto_resume, version) AS auto_resume,
+    toString(argMax(updated_at, version)) AS last_updated_at
   FROM agent_configs`
 
 export async function getConfig(client: ClickHouseClient, userId: string, agentId: string): Promise<AgentConfigRow | null> {

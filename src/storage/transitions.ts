@@ -3,8 +3,7 @@ import { z } from 'zod'
 import type { Transition } from '../hot-state/types.ts'
 import { chDateTimeToMs, toChDateTime } from './clickhouse.ts'
 import { insert, select } from './query.ts'
-
-let seq = 0
+import { nextVersion } from './version.ts'
 
 export function insertTransitions(client: ClickHouseClient, transitions: readonly Transition[]): Promise<void> {
   return insert(
@@ -14,9 +13,7 @@ export function insertTransitions(client: ClickHouseClient, transitions: readonl
       user_id: t.userId,
       agent_id: t.agentId,
       at: toChDateTime(t.at),
-      // Orders transitions of the same millisecond: a process's own sequence suffices,
-      // because one agent's transitions are decided by one writer at a time.
-      seq: (seq = (seq + 1) % Number.MAX_SAFE_INTEGER),
+      version: nextVersion(t.at),
       is_paused: t.paused,
       reason: t.reason,
       override: t.override,
@@ -35,9 +32,9 @@ export function latestTransitions(client: ClickHouseClient): Promise<LatestTrans
   return select(
     client,
     `SELECT user_id, agent_id,
-            argMax(is_paused, (at, seq)) AS is_paused,
-            argMax(reason, (at, seq)) AS reason,
-            argMax(override, (at, seq)) AS override,
+            argMax(is_paused, version) AS is_paused,
+            argMax(reason, version) AS reason,
+            argMax(override, version) AS override,
             toString(max(at)) AS last_at
      FROM pause_transitions GROUP BY user_id, agent_id`,
     {},
