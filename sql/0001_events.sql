@@ -4,7 +4,9 @@ CREATE TABLE IF NOT EXISTS events
 (
     user_id            String,
     agent_id           String,
-    timestamp          DateTime64(3, 'UTC'),
+    -- server receive time in microseconds, strictly increasing per instance, so events
+    -- of one millisecond keep their order and a page cursor never splits a tie
+    timestamp          DateTime64(6, 'UTC'),
     event_id           UUID,
     event_type         LowCardinality(String),
     model              String,

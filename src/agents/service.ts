@@ -120,11 +120,10 @@ export class AgentService {
     const { clickhouse, hotState, clock } = this.#d
     const now = clock.now()
     const since = windowStartMs(now)
-    const beforeMs = page.before ? Date.parse(page.before) : now + 1
     const [totals, byModel, events, config, state] = await Promise.all([
       agentTotals(clickhouse, userId, since, agentId),
       costByModel(clickhouse, userId, agentId, since),
-      agentEvents(clickhouse, { userId, agentId, sinceMs: since, beforeMs, limit: page.limit }),
+      agentEvents(clickhouse, { userId, agentId, sinceMs: since, before: page.before, limit: page.limit }),
       getConfig(clickhouse, userId, agentId),
       hotState.get({ userId, agentId }, now),
     ])

@@ -6,7 +6,8 @@ import type { HotState, RecordResult, Transition } from '../hot-state/types.ts'
 import { nanoToUsd, type Nano } from '../money.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
-import { toChDateTime } from '../storage/clickhouse.ts'
+import { toChDateTime64us } from '../storage/clickhouse.ts'
+import { monotonicMicros } from '../storage/version.ts'
 import { insertEvents, type EventRow } from '../storage/events.ts'
 import { insertTransitions } from '../storage/transitions.ts'
 import { GroupCommitter, type GroupCommitOptions } from './group-commit.ts'
@@ -47,6 +48,7 @@ export class IngestService {
   readonly #committer: GroupCommitter<Item, RecordResult>
   // Requests in flight per user+event_id: a concurrent repeat waits for the first.
   readonly #inFlight = new Map<string, Promise<IngestReply>>()
+  readonly #receivedAt = monotonicMicros()
 
   constructor(deps: IngestDeps) {
     this.#deps = deps
@@ -81,7 +83,8 @@ export class IngestService {
   async #accept(userId: string, eventId: string, e: EventBody): Promise<IngestReply> {
     const seen = await this.#deps.hotState.seenEvent(userId, eventId, this.#deps.clock.now())
     if (seen) return this.#replay(userId, e.agent_id, eventId, seen.costNano)
-    const at = this.#deps.clock.now()
+    const micros = this.#receivedAt(this.#deps.clock.now())
+    const at = Math.floor(micros / 1000)
     const priced =
       e.event_type === 'llm_call'
         ? this.#deps.prices.cost(e.model!, {
@@ -94,7 +97,7 @@ export class IngestService {
     const row: EventRow = {
       user_id: userId,
       agent_id: e.agent_id,
-      timestamp: toChDateTime(at),
+      timestamp: toChDateTime64us(micros),
       event_id: eventId,
       event_type: e.event_type,
       model: e.model ?? '',

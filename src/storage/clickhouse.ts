@@ -39,6 +39,12 @@ export function toChDateTime(ms: number): string {
   return new Date(ms).toISOString().replace('T', ' ').replace('Z', '')
 }
 
+/** ClickHouse DateTime64(6) text for an instant in epoch microseconds. */
+export function toChDateTime64us(micros: number): string {
+  const ms = Math.floor(micros / 1000)
+  return `${toChDateTime(ms)}${String(micros - ms * 1000).padStart(3, '0')}`
+}
+
 /** ISO 8601 UTC for a ClickHouse DateTime/DateTime64 text value. */
 export function fromChDateTime(text: string): string {
   const iso = text.replace(' ', 'T')

@@ -77,19 +77,19 @@ export function recentEvents(client: ClickHouseClient, userId: string, limit: nu
   )
 }
 
-/** One agent's events since `sinceMs` and before `beforeMs` (a page cursor), newest first. */
+/** One agent's events since `sinceMs` and before the `before` timestamp (a page cursor), newest first. */
 export function agentEvents(
   client: ClickHouseClient,
-  q: { userId: string; agentId: string; sinceMs: number; beforeMs: number; limit: number },
+  q: { userId: string; agentId: string; sinceMs: number; before: string | undefined; limit: number },
 ): Promise<StoredEvent[]> {
   return select(
     client,
     `SELECT ${EVENT_COLUMNS} FROM events
      WHERE user_id = {user:String} AND agent_id = {agent:String}
        AND timestamp >= fromUnixTimestamp64Milli({since:Int64})
-       AND timestamp < fromUnixTimestamp64Milli({before:Int64})
+       ${q.before === undefined ? '' : "AND timestamp < parseDateTime64BestEffort({before:String}, 6, 'UTC')"}
      ORDER BY timestamp DESC, event_id DESC LIMIT {limit:UInt32}`,
-    { user: q.userId, agent: q.agentId, since: q.sinceMs, before: q.beforeMs, limit: q.limit },
+    { user: q.userId, agent: q.agentId, since: q.sinceMs, before: q.before, limit: q.limit },
     storedEvent,
   )
 }
