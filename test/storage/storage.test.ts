@@ -1,0 +1,120 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { ClickHouseClient } from '@clickhouse/client'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createClickHouse, toChDateTime64us } from '../../src/storage/clickhouse.ts'
+import { getConfig, upsertConfig } from '../../src/storage/configs.ts'
+import { agentTotals, costByModel, hourlyCost, insertEvents, seenEvents, windowMinutes, type EventRow } from '../../src/storage/events.ts'
+import { migrate, readMigrations } from '../../src/storage/migrations.ts'
+import { dockerAvailable } from '../helpers/docker.ts'
+
+/**
+ * The same storage cases run against the in-process engine (always) and against a real
+ * ClickHouse server in a container (where Docker is available), so the SQL is proven on both.
+ */
+const T = Date.UTC(2026, 5, 1, 10, 20, 0)
+
+function row(o: Partial<EventRow> & { event_id: string; at: number }): EventRow {
+  const { at, ...rest } = o
+  return {
+    user_id: 'u',
+    agent_id: 'a',
+    timestamp: toChDateTime64us(at * 1000),
+    event_type: 'llm_call',
+    model: 'gpt-4o',
+    input_tokens: 10,
+    output_tokens: 5,
+    cache_read_tokens: 0,
+    cache_write_tokens: 0,
+    tool_name: null,
+    metadata: '',
+    cost_nano: 100,
+    price_fallback: false,
+    ...rest,
+  }
+}
+
+function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () => Promise<void> }>) {
+  let client: ClickHouseClient
+  let close: () => Promise<void>
+  beforeAll(async () => {
+    ;({ client, close } = await open())
+  }, 180_000)
+  afterAll(() => close?.())
+
+  it('applies every migration once and records it', async () => {
+    const all = (await readMigrations()).map((m) => m.name)
+    expect(all[0]).toBe('0001_events')
+    expect(await migrate(client)).toEqual(all)
+    expect(await migrate(client)).toEqual([])
+    const rs = await client.query({ query: 'SELECT name FROM schema_migrations ORDER BY version', format: 'JSONEachRow' })
+    expect((await rs.json<{ name: string }>()).map((r) => r.name)).toEqual(all)
+  })
+
+  it('sums per agent and model, fills the hourly view, and counts a twice-stored event id once for rebuilds', async () => {
+    const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`
+    await insertEvents(client, [
+      row({ event_id: id(1), at: T }),
+      row({ event_id: id(2), at: T + 1, model: 'gpt-4o-mini', cost_nano: 7 }),
+      row({ event_id: id(3), at: T + 2, event_type: 'tool_call', model: '', tool_name: 'x', cost_nano: 0 }),
+      row({ event_id: id(4), at: T + 3_600_000, cost_nano: 1000 }),
+      row({ event_id: id(1), at: T + 5, user_id: 'u' }), // the same id stored again
+      row({ event_id: id(1), at: T, user_id: 'v', cost_nano: 5 }), // another user's event
+    ])
+    expect(await agentTotals(client, 'u', T)).toEqual([{ agent_id: 'a', cost_nano: 100 + 7 + 1000 + 100, llm_calls: 4 }])
+    expect(await costByModel(client, 'u', 'a', T)).toEqual([
+      { model: 'gpt-4o', cost_nano: 1200, llm_calls: 3, input_tokens: 30, output_tokens: 15 },
+      { model: 'gpt-4o-mini', cost_nano: 7, llm_calls: 1, input_tokens: 10, output_tokens: 5 },
+    ])
+    const hours = await hourlyCost(client, 'u', 'a', T - 3_600_000)
+    expect(hours.map((h) => [new Date(h.hour_ms).toISOString(), h.cost_nano, h.llm_calls])).toEqual([
+      ['2026-06-01T10:00:00.000Z', 207, 3],
+      ['2026-06-01T11:00:00.000Z', 1000, 1],
+    ])
+    const minutes = (await windowMinutes(client, T)).filter((m) => m.user_id === 'u')
+    expect(minutes.reduce((s, m) => s + m.cost_nano, 0)).toBe(1107)
+    expect(minutes.reduce((s, m) => s + m.llm_calls, 0)).toBe(3)
+    const seen = (await seenEvents(client, T)).filter((s) => s.user_id === 'u').map((s) => s.event_id).sort()
+    expect(seen).toEqual([id(1), id(2), id(3), id(4)])
+  })
+
+  it('reads the newest config, even for two writes in one millisecond', async () => {
+    const base = { user_id: 'u', agent_id: 'cfg', slack_webhook_url: 'https://hooks.example.com/x', auto_resume: false }
+    await upsertConfig(client, { ...base, threshold_nano: 1, updatedAtMs: T })
+    await upsertConfig(client, { ...base, threshold_nano: 2, slack_webhook_url: null, updatedAtMs: T })
+    expect(await getConfig(client, 'u', 'cfg')).toMatchObject({ threshold_nano: 2, slack_webhook_url: null })
+    expect(await getConfig(client, 'v', 'cfg')).toBeNull()
+  })
+}
+
+describe('storage on the in-process engine (chDB)', () => {
+  storageSuite(async () => {
+    const client = createClickHouse({
+      clickhouse: { kind: 'embedded', path: join(mkdtempSync(join(tmpdir(), 'burnrate-storage-')), 'clickhouse') },
+      clickhouseDatabase: 'default',
+    })
+    return { client, close: () => client.close() }
+  })
+})
+
+const docker = await dockerAvailable()
+if (!docker) console.warn('[storage] no Docker engine here: the ClickHouse-server variant of the storage tests is skipped')
+
+describe.skipIf(!docker)('storage on a ClickHouse server (testcontainers)', () => {
+  storageSuite(async () => {
+    const { ClickHouseContainer } = await import('@testcontainers/clickhouse')
+    const container = await new ClickHouseContainer('clickhouse/clickhouse-server:25.8-alpine').start()
+    const client = createClickHouse({
+      clickhouse: { kind: 'server', url: container.getHttpUrl(), username: container.getUsername(), password: container.getPassword() },
+      clickhouseDatabase: container.getDatabase(),
+    })
+    return {
+      client,
+      close: async () => {
+        await client.close()
+        await container.stop()
+      },
+    }
+  })
+})
