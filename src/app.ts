@@ -1,6 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import rateLimit from '@fastify/rate-limit'
-import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify'
+import Fastify, { type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply } from 'fastify'
 import type { AgentService } from './agents/service.ts'
 import type { ApiKeys } from './auth/api-keys.ts'
 import type { Config } from './config.ts'
@@ -8,6 +8,7 @@ import { Problem, StoreUnavailableError, type ProblemCode } from './errors.ts'
 import type { HotState } from './hot-state/types.ts'
 import type { IngestService } from './ingest/service.ts'
 import { agentsRoutes } from './routes/agents.ts'
+import { GroupedLocalStore } from './routes/limits.ts'
 import { configRoutes } from './routes/config.ts'
 import { eventsRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
@@ -46,6 +47,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     onProtoPoisoning: 'error',
     onConstructorPoisoning: 'error',
     return503OnClosing: true,
+    // agent_id is up to 128 characters, up to ~1.5 KB percent-encoded: let zod judge it.
+    maxParamLength: 2048,
+    // Router errors (a malformed percent-escape) answer problem+json like every other error.
+    frameworkErrors: (err, _request, reply) => sendProblem(reply, new Problem('invalid_query', err.message)),
+  })
+  // Only JSON bodies (SPEC.md 5); Fastify would otherwise parse text/plain as a string.
+  app.removeContentTypeParser('text/plain')
+  app.addHook('preValidation', async (request) => {
+    if (request.method === 'POST' && request.routeOptions.url !== undefined && !request.headers['content-type']) {
+      throw new Problem('unsupported_media_type', 'send the body as application/json (Content-Type header missing)')
+    }
   })
 
   app.addHook('onRequest', async (request) => {
@@ -59,19 +71,17 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     request.principal = principal
   })
 
-  await app.register(rateLimit, { global: false })
+  await app.register(rateLimit, { global: false, store: GroupedLocalStore })
 
   app.setErrorHandler((err: FastifyError, request, reply) => {
     const problem = toProblem(err)
     if (problem.status >= 500) request.log.error({ err }, problem.message)
-    if (problem.retryAfter !== undefined) reply.header('retry-after', String(problem.retryAfter))
-    return reply.status(problem.status).type('application/problem+json').send(problem.toBody())
+    return sendProblem(reply, problem)
   })
 
-  app.setNotFoundHandler((request, reply) => {
-    const problem = new Problem('not_found', `no route ${request.method} ${request.url.split('?')[0]}`)
-    return reply.status(404).type('application/problem+json').send(problem.toBody())
-  })
+  app.setNotFoundHandler((request, reply) =>
+    sendProblem(reply, new Problem('not_found', `no route ${request.method} ${request.url.split('?')[0]}`)),
+  )
 
   const limits = routeLimits(deps.config)
   await app.register(healthRoutes(deps.clickhouse, deps.hotState))
@@ -79,6 +89,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(configRoutes(deps.agents, limits))
   await app.register(agentsRoutes(deps.agents, limits))
   return app
+}
+
+function sendProblem(reply: FastifyReply, problem: Problem): FastifyReply {
+  if (problem.retryAfter !== undefined) reply.header('retry-after', String(problem.retryAfter))
+  return reply.status(problem.status).type('application/problem+json').send(problem.toBody())
 }
 
 function toProblem(err: FastifyError): Problem {

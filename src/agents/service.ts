@@ -13,6 +13,7 @@ import { insertTransitions } from '../storage/transitions.ts'
 import { windowStartMs } from '../window.ts'
 
 const HOUR_MS = 3_600_000
+const RECENT_LOOKBACKS_MS = [HOUR_MS, 24 * HOUR_MS, 30 * 24 * HOUR_MS, Infinity]
 
 export interface AgentServiceDeps {
   clickhouse: ClickHouseClient
@@ -111,8 +112,17 @@ export class AgentService {
       .sort((a, b) => b.total_cost_usd - a.total_cost_usd || a.agent_id.localeCompare(b.agent_id))
   }
 
+  /**
+   * The newest events are almost always recent: look in the last hour first and widen only
+   * when it holds fewer than `limit`, so a user with years of history is not read whole.
+   */
   async recentEvents(userId: string, limit: number) {
-    return (await recentEvents(this.#d.clickhouse, userId, limit)).map(formatEvent)
+    const now = this.#d.clock.now()
+    for (const lookbackMs of RECENT_LOOKBACKS_MS) {
+      const events = await recentEvents(this.#d.clickhouse, userId, limit, lookbackMs === Infinity ? 0 : now - lookbackMs)
+      if (events.length === limit || lookbackMs === Infinity) return events.map(formatEvent)
+    }
+    return []
   }
 
   /** GET /agents/{id}: 404 when the agent has no events and no config (SPEC.md 4.6). */

@@ -1,7 +1,26 @@
+import { createRequire } from 'node:module'
 import type { FastifyRequest } from 'fastify'
-import type { RateLimitOptions } from '@fastify/rate-limit'
+import type { FastifyRateLimitStore, RateLimitOptions } from '@fastify/rate-limit'
 import type { Config } from '../config.ts'
 import { Problem } from '../errors.ts'
+
+// The plugin's own in-memory store, one per route by design. burnrate limits groups of
+// routes (all reads together), so every route shares one store; the group is in the key.
+const LocalStore = createRequire(import.meta.url)('@fastify/rate-limit/store/LocalStore.js') as new (
+  continueExceeding: boolean,
+  exponentialBackoff: boolean,
+  cache: number,
+) => FastifyRateLimitStore
+
+export class GroupedLocalStore implements FastifyRateLimitStore {
+  readonly #inner = new LocalStore(false, false, 100_000)
+  incr(...args: Parameters<FastifyRateLimitStore['incr']>): void {
+    this.#inner.incr(...args)
+  }
+  child(): FastifyRateLimitStore {
+    return this
+  }
+}
 
 export interface RouteLimits {
   events: RateLimitOptions
@@ -10,8 +29,9 @@ export interface RouteLimits {
 }
 
 /**
- * Per-key limits, counted per route group (POST /events 120/min by default, SPEC.md 8;
- * a key can carry its own events limit). Auth runs first, so the key id is known here.
+ * Per-key limits, counted per route group: POST /events (120/min by default, SPEC.md 8; a
+ * key can carry its own), all reads together, both config routes together. Auth runs
+ * first, so the key id is known here.
  */
 export function routeLimits(config: Config): RouteLimits {
   const limit = (group: string, max: (req: FastifyRequest) => number): RateLimitOptions => ({

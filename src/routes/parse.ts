@@ -12,10 +12,19 @@ export function parse<S extends z.ZodType>(schema: S, input: unknown, code: 'inv
       return issue.keys.map((k) => ({ field: [...issue.path, k].join('.'), message: 'is not a known field' }))
     }
     const field = issue.path.join('.') || '(body)'
-    const missing = issue.code === 'invalid_type' && issue.input === undefined
+    const missing = issue.code === 'invalid_type' && valueAt(input, issue.path) === undefined
     return [{ field, message: missing ? 'is required' : issue.message }]
   })
   throw new Problem(code, errors.map((e) => `${e.field}: ${e.message}`).join('; '), { errors })
+}
+
+function valueAt(input: unknown, path: readonly PropertyKey[]): unknown {
+  let value = input
+  for (const key of path) {
+    if (value === null || typeof value !== 'object' || !Object.hasOwn(value, key)) return undefined
+    value = (value as Record<PropertyKey, unknown>)[key]
+  }
+  return value
 }
 
 /** The verified principal of an authenticated request (set by the auth hook). */

@@ -67,12 +67,13 @@ export function insertEvents(client: ClickHouseClient, rows: readonly EventRow[]
 }
 
 /** The user's most recent events across all agents, newest first. */
-export function recentEvents(client: ClickHouseClient, userId: string, limit: number): Promise<StoredEvent[]> {
+export function recentEvents(client: ClickHouseClient, userId: string, limit: number, sinceMs = 0): Promise<StoredEvent[]> {
   return select(
     client,
-    `SELECT ${EVENT_COLUMNS} FROM events WHERE user_id = {user:String}
+    `SELECT ${EVENT_COLUMNS} FROM events
+     WHERE user_id = {user:String} AND timestamp >= fromUnixTimestamp64Milli({since:Int64})
      ORDER BY timestamp DESC, event_id DESC LIMIT {limit:UInt32}`,
-    { user: userId, limit },
+    { user: userId, limit, since: sinceMs },
     storedEvent,
   )
 }
