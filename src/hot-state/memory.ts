@@ -34,6 +34,8 @@ export class MemoryHotState implements HotState {
   readonly #seen = new Map<string, { costNano: Nano; minute: number }>()
   readonly #seenQueue: Array<{ key: string; minute: number }> = []
   #seenHead = 0
+  // Round-robin cursor over the agents, to forget idle ones a few at a time.
+  #sweep: Iterator<[string, AgentEntry]> = this.#agents.entries()
 
   async seenEvent(userId: string, eventId: string, now: number): Promise<{ costNano: Nano } | null> {
     this.#expireSeen(minuteOf(now))
@@ -44,6 +46,7 @@ export class MemoryHotState implements HotState {
   async record(events: readonly RecordInput[], now: number): Promise<RecordResult[]> {
     const nowMinute = minuteOf(now)
     this.#expireSeen(nowMinute)
+    this.#forgetIdle(nowMinute, SWEEP_PER_BATCH)
     return events.map((e) => {
       const agent = this.#entry(e)
       agent.window.expire(nowMinute)
@@ -136,6 +139,11 @@ export class MemoryHotState implements HotState {
     return transitions
   }
 
+  /** How many agents are held (for tests and metrics). */
+  get size(): number {
+    return this.#agents.size
+  }
+
   async ping(): Promise<void> {}
 
   async close(): Promise<void> {}
@@ -157,6 +165,24 @@ export class MemoryHotState implements HotState {
     return transitionOf(ref, agent, now, next.reason)
   }
 
+  /**
+   * Drops agents that hold nothing worth keeping (an empty window, running, no override, no
+   * config), visiting at most `budget` entries per call, so memory follows the agents active
+   * in the last 24 h without a scan on the hot path.
+   */
+  #forgetIdle(nowMinute: number, budget: number): void {
+    for (let i = 0; i < budget; i++) {
+      const next = this.#sweep.next()
+      if (next.done) {
+        this.#sweep = this.#agents.entries()
+        return
+      }
+      const [key, agent] = next.value
+      agent.window.expire(nowMinute)
+      if (agent.window.empty && !agent.configured && !agent.pause.paused && !agent.pause.override) this.#agents.delete(key)
+    }
+  }
+
   #expireSeen(nowMinute: number): void {
     const q = this.#seenQueue
     while (this.#seenHead < q.length && !inWindow(q[this.#seenHead]!.minute, nowMinute)) {
@@ -169,6 +195,8 @@ export class MemoryHotState implements HotState {
     }
   }
 }
+
+const SWEEP_PER_BATCH = 32
 
 function agentKey(ref: AgentRef): string {
   return `${ref.userId}\0${ref.agentId}`

@@ -149,3 +149,18 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect((await hs.get(ref, T0)).snapshot.pause).toEqual({ paused: false, reason: null, override: true })
   })
 })
+
+describe('memory hot state', () => {
+  it('forgets agents with nothing left to keep, a few per batch, and keeps configured ones', async () => {
+    const hs = new MemoryHotState()
+    await hs.setPolicy({ userId: 'u', agentId: 'kept' }, policy(1), T0)
+    await hs.record(
+      Array.from({ length: 100 }, (_, i) => ev(1, T0, { agentId: `idle${i}` })),
+      T0,
+    )
+    const later = T0 + 24 * 60 * MINUTE_MS
+    // Each batch visits a bounded number of agents; enough batches visit them all.
+    for (let i = 0; i < 10; i++) await hs.record([ev(1, later, { agentId: 'live' })], later)
+    expect(hs.size).toBe(2) // 'kept' (configured) and 'live'
+  })
+})
