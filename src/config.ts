@@ -29,6 +29,7 @@ const envSchema = z.object({
   BATCH_MAX_WAIT_MS: z.coerce.number().int().min(0).default(2),
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(5000),
   TRUST_PROXY: bool.default(false),
+  METRICS_PORT: port.optional(),
 })
 
 export interface Config {
@@ -47,6 +48,8 @@ export interface Config {
   readonly batch: { readonly maxRows: number; readonly maxWaitMs: number }
   readonly keyCacheTtlMs: number
   readonly trustProxy: boolean
+  /** Prometheus metrics listener; off when unset. */
+  readonly metricsPort?: number
 }
 
 export class ConfigError extends Error {
@@ -82,5 +85,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     batch: { maxRows: e.BATCH_MAX_ROWS, maxWaitMs: e.BATCH_MAX_WAIT_MS },
     keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
     trustProxy: e.TRUST_PROXY,
+    metricsPort: e.METRICS_PORT,
   })
 }

@@ -10,6 +10,7 @@ import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
 import { MemoryHotState } from './hot-state/memory.ts'
 import type { HotState } from './hot-state/types.ts'
+import { createMetrics, serveMetrics, type Metrics } from './metrics.ts'
 import { WebhookPauseNotifier } from './ingest/notify.ts'
 import { rebuildHotState } from './ingest/rebuild.ts'
 import { IngestService } from './ingest/service.ts'
@@ -20,6 +21,7 @@ import { migrate } from './storage/migrations.ts'
 
 export interface Services {
   config: Config
+  metrics: Metrics
   clock: Clock
   clickhouse: ClickHouseClient
   hotState: HotState
@@ -40,16 +42,30 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
   const applied = await migrate(clickhouse)
   if (applied.length > 0) log.info({ applied }, 'applied migrations')
 
-  const hotState: HotState = new MemoryHotState()
-  const webhooks = new WebhookNotifier({ allowPrivate: config.webhook.allowPrivate, timeoutMs: config.webhook.timeoutMs, logger: log })
-  const ingest = new IngestService({
+  const hotState = new MemoryHotState()
+  const metrics = createMetrics({ ingest: () => ingest.stats, agents: () => hotState.size })
+  const webhooks = new WebhookNotifier({
+    allowPrivate: config.webhook.allowPrivate,
+    timeoutMs: config.webhook.timeoutMs,
+    logger: log,
+    registry: metrics.registry,
+  })
+  const ingest: IngestService = new IngestService({
     clickhouse,
     hotState,
     prices,
     notifier: new WebhookPauseNotifier(webhooks),
     clock,
     log,
-    batch: { maxItems: config.batch.maxRows, maxWaitMs: config.batch.maxWaitMs },
+    batch: {
+      maxItems: config.batch.maxRows,
+      maxWaitMs: config.batch.maxWaitMs,
+      onCommit: (c) => {
+        metrics.batchSize.observe(c.size)
+        metrics.batchWaitSeconds.observe(c.waitMs / 1000)
+        metrics.commitSeconds.observe(c.durationMs / 1000)
+      },
+    },
   })
   const transitions = await rebuildHotState(clickhouse, hotState, clock.now())
   if (transitions.length > 0) await ingest.persistTransitions(transitions)
@@ -59,6 +75,7 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
 
   return {
     config,
+    metrics,
     clock,
     clickhouse,
     hotState,
@@ -88,19 +105,23 @@ export async function startServer(config: Config): Promise<RunningServer> {
   const services = await openServices(config, { log })
   const app = await buildApp({ ...services, log })
   let admin: Server | null = null
+  let metricsServer: Server | null = null
   try {
     admin = await startAdminSocket(adminSocketPath(config.dataDir), services.keys)
+    if (config.metricsPort !== undefined) metricsServer = await serveMetrics(services.metrics.registry, config.metricsPort, config.host)
     const address = await app.listen({ port: config.port, host: config.host })
     let closing: Promise<void> | null = null
     const close = () =>
       (closing ??= (async () => {
         await app.close() // stops accepting; in-flight requests finish with their batches
         await new Promise<void>((r) => (admin ? admin.close(() => r()) : r()))
+        await new Promise<void>((r) => (metricsServer ? metricsServer.close(() => r()) : r()))
         await services.close()
       })())
     return { app, services, address, close }
   } catch (err) {
     admin?.close()
+    metricsServer?.close()
     await services.close()
     throw err
   }

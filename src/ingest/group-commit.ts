@@ -8,6 +8,8 @@
 export interface GroupCommitOptions {
   maxItems: number
   maxWaitMs: number
+  /** Told about every commit (for metrics). */
+  onCommit?: (c: { size: number; waitMs: number; durationMs: number; ok: boolean }) => void
 }
 
 export interface GroupCommitStats {
@@ -82,13 +84,17 @@ export class GroupCommitter<T, R> {
   }
 
   async #run(batch: Pending<T, R>[]): Promise<void> {
+    const started = performance.now()
+    let ok = false
     try {
       const results = await this.#commit(batch.map((p) => p.item))
+      ok = true
       this.stats.commits++
       batch.forEach((p, i) => p.resolve(results[i]!))
     } catch (err) {
       this.stats.failures++
       for (const p of batch) p.reject(err)
     }
+    this.#opts.onCommit?.({ size: batch.length, waitMs: this.stats.lastWaitMs, durationMs: performance.now() - started, ok })
   }
 }
