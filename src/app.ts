@@ -63,11 +63,22 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     }
   })
 
+  // While closing, answers in flight end their connection: a keep-alive client would
+  // otherwise hold the drain open until its idle timeout.
+  let closing = false
+  app.addHook('preClose', async () => {
+    closing = true
+  })
+  app.addHook('onSend', async (_request, reply) => {
+    if (closing) reply.header('connection', 'close')
+  })
+
   app.addHook('onResponse', async (request, reply) => {
     request.log.debug({ method: request.method, url: request.url, statusCode: reply.statusCode, ms: reply.elapsedTime }, 'request completed')
   })
 
   app.addHook('onRequest', async (request) => {
+    request.log.debug({ method: request.method, url: request.url, remotePort: request.socket.remotePort }, 'request received')
     const route = request.routeOptions.url
     if (route === undefined || PUBLIC_ROUTES.has(route)) return
     const header = request.headers['x-api-key']

@@ -5,7 +5,7 @@ import { pino } from 'pino'
 import { AgentService } from './agents/service.ts'
 import { buildApp } from './app.ts'
 import { ApiKeys } from './auth/api-keys.ts'
-import { adminSocketPath, startAdminSocket } from './cli/admin.ts'
+import { adminSocketPath, claimAdminSocket, startAdminSocket } from './cli/admin.ts'
 import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
 import { MemoryHotState } from './hot-state/memory.ts'
@@ -102,6 +102,8 @@ export interface RunningServer {
 /** `burnrate serve`: stores, HTTP on HOST:PORT, the admin socket, and a drain on SIGTERM/SIGINT. */
 export async function startServer(config: Config): Promise<RunningServer> {
   const log = pino({ level: config.logLevel })
+  // Before opening the stores: a second server on one DATA_DIR stops here, with a message.
+  await claimAdminSocket(adminSocketPath(config.dataDir))
   const services = await openServices(config, { log })
   const app = await buildApp({ ...services, log })
   let admin: Server | null = null

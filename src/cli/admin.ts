@@ -13,11 +13,15 @@ export function adminSocketPath(dataDir: string): string {
   return join(dataDir, 'burnrate.sock')
 }
 
+/** Refuses to start beside a running server, and clears a socket a killed one left behind. */
+export async function claimAdminSocket(path: string): Promise<void> {
+  if (!existsSync(path)) return
+  if (await isListening(path)) throw new Error(`another burnrate server is running on this DATA_DIR (${path} answers)`)
+  unlinkSync(path)
+}
+
 export async function startAdminSocket(path: string, keys: ApiKeys): Promise<Server> {
-  if (existsSync(path)) {
-    if (await isListening(path)) throw new Error(`another burnrate server is running on this DATA_DIR (${path} answers)`)
-    unlinkSync(path) // left behind by a process that was killed
-  }
+  await claimAdminSocket(path)
   const server = createServer((req, res) => {
     const send = (status: number, body: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body))
@@ -53,6 +57,15 @@ export async function startAdminSocket(path: string, keys: ApiKeys): Promise<Ser
   return server
 }
 
+export class AdminError extends Error {
+  readonly status: number
+  constructor(status: number, message: string) {
+    super(message)
+    this.name = 'AdminError'
+    this.status = status
+  }
+}
+
 /** One request to a running server's admin socket. */
 export function adminRequest<T>(path: string, method: 'GET' | 'POST', url: string, body?: unknown): Promise<T> {
   return new Promise((resolve, reject) => {
@@ -63,7 +76,7 @@ export function adminRequest<T>(path: string, method: 'GET' | 'POST', url: strin
       res.on('end', () => {
         const parsed = JSON.parse(text) as T & { error?: string }
         if (res.statusCode === 200) resolve(parsed)
-        else reject(new Error(parsed.error ?? `admin socket answered ${res.statusCode}`))
+        else reject(new AdminError(res.statusCode ?? 500, parsed.error ?? `admin socket answered ${res.statusCode}`))
       })
     })
     req.on('error', reject)

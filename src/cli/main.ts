@@ -9,7 +9,7 @@ import { ConfigError, loadConfig, type Config } from '../config.ts'
 import { startServer } from '../server.ts'
 import { createClickHouse } from '../storage/clickhouse.ts'
 import { migrate } from '../storage/migrations.ts'
-import { adminRequest, adminSocketPath, isListening } from './admin.ts'
+import { AdminError, adminRequest, adminSocketPath, isListening } from './admin.ts'
 
 const USAGE = `usage:
   burnrate serve                                         run the service (PORT, HOST, DATA_DIR, … from the environment)
@@ -79,7 +79,7 @@ async function createKey(config: Config, args: string[]): Promise<number> {
     strict: true,
   })
   if (!values.user || !/^[^\s\p{Cc}]{1,128}$/u.test(values.user)) {
-    console.error('keys create: --user <user> is required (1 to 128 characters, no spaces)')
+    console.error(`keys create: --user <user> is required (1 to 128 characters, no spaces)\n\n${USAGE}`)
     return 2
   }
   const rateLimit = values['rate-limit'] === undefined ? null : Number(values['rate-limit'])
@@ -119,7 +119,11 @@ async function revokeKey(config: Config, args: string[]): Promise<number> {
   }
   const revoked = await viaServer<ApiKeyRecord | null>(
     config,
-    (socket) => adminRequest<ApiKeyRecord>(socket, 'POST', `/keys/${encodeURIComponent(keyId)}/revoke`).catch(() => null),
+    (socket) =>
+      adminRequest<ApiKeyRecord>(socket, 'POST', `/keys/${encodeURIComponent(keyId)}/revoke`).catch((err: unknown) => {
+        if (err instanceof AdminError && err.status === 404) return null
+        throw err
+      }),
     (k) => k.revoke(keyId),
   )
   if (!revoked) {
@@ -136,7 +140,7 @@ main(process.argv.slice(2)).then(
   },
   (err: unknown) => {
     if (err instanceof ConfigError) console.error(err.message)
-    else pino().fatal({ err }, 'burnrate failed')
+    else pino(pino.destination(2)).fatal({ err }, 'burnrate failed')
     process.exitCode = 1
   },
 )
