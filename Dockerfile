@@ -2,7 +2,7 @@
 FROM node:24-slim
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev && npm cache clean --force
+RUN npm install --omit=dev && npm cache clean --force
 COPY bin ./bin
 COPY src ./src
 COPY sql ./sql
