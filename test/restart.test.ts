@@ -298,7 +298,7 @@ describe('graceful SIGTERM with a keep-alive client', () => {
     )
     socket.write(body.slice(0, 10))
     const localPort = socket.localPort
-    await server.waitForLog((l) => l.msg === 'request received' && l.remotePort === localPort)
+    await server.waitForLog((l) => l.msg === 'incoming request' && (l.req as { remotePort?: number } | undefined)?.remotePort === localPort)
 
     server.kill('SIGTERM')
     await server.waitForLog((l) => l.msg === 'draining: finishing in-flight batches')
