@@ -30,16 +30,16 @@ interface AgentEntry {
  */
 export class MemoryHotState implements HotState {
   readonly #agents = new Map<string, AgentEntry>()
-  // user\0event_id → cost, and a FIFO of the same keys by minute for amortised expiry.
+  // user\0agent\0event_id → cost, and a FIFO of the same keys by minute for amortised expiry.
   readonly #seen = new Map<string, { costNano: Nano; minute: number }>()
   readonly #seenQueue: Array<{ key: string; minute: number }> = []
   #seenHead = 0
   // Round-robin cursor over the agents, to forget idle ones a few at a time.
   #sweep: Iterator<[string, AgentEntry]> = this.#agents.entries()
 
-  async seenEvent(userId: string, eventId: string, now: number): Promise<{ costNano: Nano } | null> {
+  async seenEvent(ref: AgentRef, eventId: string, now: number): Promise<{ costNano: Nano } | null> {
     this.#expireSeen(minuteOf(now))
-    const hit = this.#seen.get(seenKey(userId, eventId))
+    const hit = this.#seen.get(seenKey(ref, eventId))
     return hit ? { costNano: hit.costNano } : null
   }
 
@@ -50,7 +50,7 @@ export class MemoryHotState implements HotState {
     return events.map((e) => {
       const agent = this.#entry(e)
       agent.window.expire(nowMinute)
-      const key = seenKey(e.userId, e.eventId)
+      const key = seenKey(e, e.eventId)
       if (this.#seen.has(key)) {
         return { counted: false, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions: [] }
       }
@@ -126,7 +126,7 @@ export class MemoryHotState implements HotState {
     }
     for (const s of [...data.seen].sort((a, b) => a.minute - b.minute)) {
       if (!inWindow(s.minute, nowMinute)) continue
-      const key = seenKey(s.userId, s.eventId)
+      const key = seenKey(s, s.eventId)
       this.#seen.set(key, { costNano: s.costNano, minute: s.minute })
       this.#seenQueue.push({ key, minute: s.minute })
     }
@@ -207,8 +207,8 @@ function refOf(key: string): AgentRef {
   return { userId: key.slice(0, i), agentId: key.slice(i + 1) }
 }
 
-function seenKey(userId: string, eventId: string): string {
-  return `${userId}\0${eventId}`
+function seenKey(ref: AgentRef, eventId: string): string {
+  return `${agentKey(ref)}\0${eventId}`
 }
 
 function snapshotOf(agent: AgentEntry): AgentSnapshot {

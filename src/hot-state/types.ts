@@ -77,7 +77,7 @@ export interface AgentSnapshot {
 /** Everything the hot state is rebuilt from (storage reads it from ClickHouse). */
 export interface RestoreData {
   minutes: Array<AgentRef & { minute: number; costNano: Nano; llmCalls: number }>
-  seen: Array<{ userId: string; eventId: string; costNano: Nano; minute: number }>
+  seen: Array<AgentRef & { eventId: string; costNano: Nano; minute: number }>
   policies: Array<AgentRef & { policy: AgentPolicy }>
   pauses: Array<AgentRef & { pause: PauseState }>
 }
@@ -88,8 +88,12 @@ export interface RestoreData {
  * in process (memory.ts) and, for several instances, Redis.
  */
 export interface HotState {
-  /** The cost an event id was counted with, if this user's id was seen in the last 24 h. */
-  seenEvent(userId: string, eventId: string, now: number): Promise<{ costNano: Nano } | null>
+  /**
+   * The cost an event id was counted with, if the agent saw it in the last 24 h. Ids are
+   * kept per (user, agent): a retry repeats the whole event, and one agent's keys live in
+   * one Redis Cluster slot, so a single script can dedup and count.
+   */
+  seenEvent(ref: AgentRef, eventId: string, now: number): Promise<{ costNano: Nano } | null>
   /** Applies stored events in order: dedup, add to window, evaluate the budget rules. */
   record(events: readonly RecordInput[], now: number): Promise<RecordResult[]>
   /** The agent's window and state; relaxing rules (override cleared, auto-resume) apply. */

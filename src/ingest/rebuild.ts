@@ -21,7 +21,7 @@ export async function rebuildHotState(clickhouse: ClickHouseClient, hotState: Ho
   ])
   const data: RestoreData = {
     minutes: minutes.map((m) => ({ userId: m.user_id, agentId: m.agent_id, minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })),
-    seen: seen.map((s) => ({ userId: s.user_id, eventId: s.event_id, costNano: s.cost_nano, minute: s.minute })),
+    seen: seen.map((s) => ({ userId: s.user_id, agentId: s.agent_id, eventId: s.event_id, costNano: s.cost_nano, minute: s.minute })),
     policies: configs.map((c) => ({
       userId: c.user_id,
       agentId: c.agent_id,

@@ -46,7 +46,7 @@ export interface IngestDeps {
 export class IngestService {
   readonly #deps: IngestDeps
   readonly #committer: GroupCommitter<Item, RecordResult>
-  // Requests in flight per user+event_id: a concurrent repeat waits for the first.
+  // Requests in flight per user+agent+event_id: a concurrent repeat waits for the first.
   readonly #inFlight = new Map<string, Promise<IngestReply>>()
   readonly #receivedAt = monotonicMicros()
 
@@ -61,7 +61,7 @@ export class IngestService {
 
   async ingest(userId: string, event: EventBody): Promise<IngestReply> {
     const eventId = event.event_id ?? randomUUID()
-    const key = `${userId}\0${eventId}`
+    const key = `${userId}\0${event.agent_id}\0${eventId}`
     const pending = this.#inFlight.get(key)
     if (pending) return { ...(await pending), duplicate: true }
 
@@ -81,7 +81,7 @@ export class IngestService {
   }
 
   async #accept(userId: string, eventId: string, e: EventBody): Promise<IngestReply> {
-    const seen = await this.#deps.hotState.seenEvent(userId, eventId, this.#deps.clock.now())
+    const seen = await this.#deps.hotState.seenEvent({ userId, agentId: e.agent_id }, eventId, this.#deps.clock.now())
     if (seen) return this.#replay(userId, e.agent_id, eventId, seen.costNano)
     const micros = this.#receivedAt(this.#deps.clock.now())
     const at = Math.floor(micros / 1000)

@@ -163,19 +163,18 @@ export type MinuteRow = z.output<typeof minuteRow>
 
 /**
  * Per-minute totals of every agent since `sinceMs`, for rebuilding the hot state.
- * An event_id stored twice for a user (a retry whose first insert failed ambiguously)
- * counts once, as the dedup rule of DECISIONS.md says.
+ * An event_id stored twice for an agent (a retry whose first insert failed ambiguously)
+ * counts once, as the hot state's dedup does.
  */
 export function windowMinutes(client: ClickHouseClient, sinceMs: number): Promise<MinuteRow[]> {
   return select(
     client,
     `SELECT user_id, agent_id, minute, sum(cost) AS cost_nano, countIf(llm) AS llm_calls
      FROM (
-       SELECT user_id, argMin(agent_id, timestamp) AS agent_id,
-              min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute,
+       SELECT user_id, agent_id, min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute,
               argMin(cost_nano, timestamp) AS cost, argMin(event_type = 'llm_call', timestamp) AS llm
        FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64})
-       GROUP BY user_id, event_id
+       GROUP BY user_id, agent_id, event_id
      )
      GROUP BY user_id, agent_id, minute ORDER BY minute`,
     { since: sinceMs },
@@ -183,17 +182,17 @@ export function windowMinutes(client: ClickHouseClient, sinceMs: number): Promis
   )
 }
 
-const seenRow = z.object({ user_id: z.string(), event_id: z.string(), cost_nano: int, minute: int })
+const seenRow = z.object({ user_id: z.string(), agent_id: z.string(), event_id: z.string(), cost_nano: int, minute: int })
 export type SeenRow = z.output<typeof seenRow>
 
 /** Event ids accepted since `sinceMs`, for rebuilding the dedup set. */
 export function seenEvents(client: ClickHouseClient, sinceMs: number): Promise<SeenRow[]> {
   return select(
     client,
-    `SELECT user_id, toString(event_id) AS event_id, any(cost_nano) AS cost_nano,
+    `SELECT user_id, agent_id, toString(event_id) AS event_id, argMin(cost_nano, timestamp) AS cost_nano,
             min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute
      FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64})
-     GROUP BY user_id, event_id`,
+     GROUP BY user_id, agent_id, event_id`,
     { since: sinceMs },
     seenRow,
   )

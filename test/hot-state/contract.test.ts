@@ -31,8 +31,9 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     await hs.record([e], T0)
     const again = await hs.record([{ ...e, costNano: 999 }], T0)
     expect(again[0]).toMatchObject({ counted: false, totalNano: 5 })
-    expect(await hs.seenEvent('u', e.eventId, T0)).toEqual({ costNano: 5 })
-    expect(await hs.seenEvent('other-user', e.eventId, T0)).toBeNull()
+    expect(await hs.seenEvent(ref, e.eventId, T0)).toEqual({ costNano: 5 })
+    expect(await hs.seenEvent({ ...ref, userId: 'other-user' }, e.eventId, T0)).toBeNull()
+    expect(await hs.seenEvent({ ...ref, agentId: 'other-agent' }, e.eventId, T0)).toBeNull()
   })
 
   it('keeps isolated totals per user and agent', async () => {
@@ -50,7 +51,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     const lastMinute = T0 + 1439 * MINUTE_MS
     expect((await hs.get(ref, lastMinute)).snapshot.totalNano).toBe(8)
     expect((await hs.get(ref, lastMinute + MINUTE_MS)).snapshot.totalNano).toBe(1)
-    expect(await hs.seenEvent('u', e.eventId, lastMinute + MINUTE_MS)).toBeNull()
+    expect(await hs.seenEvent(ref, e.eventId, lastMinute + MINUTE_MS)).toBeNull()
     expect((await hs.get(ref, lastMinute + 11 * MINUTE_MS)).snapshot).toMatchObject({ totalNano: 0, llmCalls: 0 })
   })
 
@@ -122,7 +123,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     const transitions = await hs.restore(
       {
         minutes: [{ ...ref, minute: Math.floor(T0 / MINUTE_MS), costNano: 2 * USD, llmCalls: 2 }],
-        seen: [{ userId: 'u', eventId: 'restored', costNano: USD, minute: Math.floor(T0 / MINUTE_MS) }],
+        seen: [{ ...ref, eventId: 'restored', costNano: USD, minute: Math.floor(T0 / MINUTE_MS) }],
         policies: [{ ...ref, policy: policy(1) }],
         pauses: [],
       },
@@ -130,8 +131,8 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     )
     expect((await hs.get(ref, T0)).snapshot).toMatchObject({ totalNano: 2 * USD, llmCalls: 2, configured: true, pause: { paused: true, reason: 'budget' } })
     expect(transitions).toEqual([expect.objectContaining({ reason: 'budget', paused: true })])
-    expect(await hs.seenEvent('u', 'restored', T0)).toEqual({ costNano: USD })
-    expect(await hs.seenEvent('u', 'e1', T0)).toBeNull()
+    expect(await hs.seenEvent(ref, 'restored', T0)).toEqual({ costNano: USD })
+    expect(await hs.seenEvent(ref, 'e1', T0)).toBeNull()
   })
 
   it('restore keeps an override from the last transition', async () => {
