@@ -8,10 +8,12 @@ import {
   type AgentPolicy,
   type AgentRef,
   type AgentSnapshot,
+  type EventRef,
   type HotState,
   type PauseState,
   type RecordInput,
   type RecordResult,
+  type Reservation,
   type RestoreData,
   type Transition,
   type TransitionReason,
@@ -41,6 +43,14 @@ export class MemoryHotState implements HotState {
     this.#expireSeen(minuteOf(now))
     const hit = this.#seen.get(seenKey(ref, eventId))
     return hit ? { costNano: hit.costNano } : null
+  }
+
+  async reserve(events: readonly EventRef[], _token: string, now: number): Promise<Reservation[]> {
+    this.#expireSeen(minuteOf(now))
+    return events.map((e) => {
+      const hit = this.#seen.get(seenKey(e, e.eventId))
+      return hit ? { state: 'done', costNano: hit.costNano } : { state: 'reserved' }
+    })
   }
 
   async record(events: readonly RecordInput[], now: number): Promise<RecordResult[]> {

@@ -74,6 +74,22 @@ export interface AgentSnapshot {
   configured: boolean
 }
 
+/** What an instance may do with an event id it is about to store (see HotState.reserve). */
+export type Reservation =
+  /** Not seen: this instance stores it. */
+  | { state: 'reserved' }
+  /** Another instance reserved it and went quiet (crashed, or its insert failed): this one
+   * takes over, and must look in ClickHouse before storing it again. */
+  | { state: 'takeover' }
+  /** Already stored and counted, at this cost. */
+  | { state: 'done'; costNano: Nano }
+  /** Another instance is storing it right now: ask again shortly. */
+  | { state: 'busy' }
+
+export interface EventRef extends AgentRef {
+  eventId: string
+}
+
 /** Everything the hot state is rebuilt from (storage reads it from ClickHouse). */
 export interface RestoreData {
   minutes: Array<AgentRef & { minute: number; costNano: Nano; llmCalls: number }>
@@ -94,6 +110,13 @@ export interface HotState {
    * one Redis Cluster slot, so a single script can dedup and count.
    */
   seenEvent(ref: AgentRef, eventId: string, now: number): Promise<{ costNano: Nano } | null>
+  /**
+   * Claims event ids before they are stored, so an event sent twice at once (through two
+   * instances) is stored once. A reservation that is not recorded within a few seconds goes
+   * stale and the next claim takes it over. In one process the in-flight map already does
+   * this, and the memory hot state answers only 'reserved' or 'done'.
+   */
+  reserve(events: readonly EventRef[], token: string, now: number): Promise<Reservation[]>
   /** Applies stored events in order: dedup, add to window, evaluate the budget rules. */
   record(events: readonly RecordInput[], now: number): Promise<RecordResult[]>
   /** The agent's window and state; relaxing rules (override cleared, auto-resume) apply. */
@@ -109,3 +132,15 @@ export interface HotState {
   ping(): Promise<void>
   close(): Promise<void>
 }
+
+/** One agent's state as ClickHouse has it, for a hot state that lost it (Redis). */
+export interface AgentLoad {
+  minutes: Array<{ minute: number; costNano: Nano; llmCalls: number }>
+  seen: Array<{ eventId: string; costNano: Nano; minute: number }>
+  /** The stored config; null when none was set (the default policy applies). */
+  policy: AgentPolicy | null
+  /** The latest stored pause transition; null when there is none (running). */
+  pause: PauseState | null
+}
+
+export type AgentLoader = (ref: AgentRef, now: number) => Promise<AgentLoad>

@@ -1,13 +1,32 @@
-import { describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it } from 'vitest'
 import { MemoryHotState } from '../../src/hot-state/memory.ts'
-import { DEFAULT_POLICY, type AgentPolicy, type HotState, type RecordInput } from '../../src/hot-state/types.ts'
+import { RedisHotState } from '../../src/hot-state/redis.ts'
+import { DEFAULT_POLICY, type AgentLoad, type AgentPolicy, type HotState, type RecordInput } from '../../src/hot-state/types.ts'
 import { MINUTE_MS } from '../../src/window.ts'
+import { startRedis } from '../helpers/redis.ts'
+
+// One redis-server for this file, started by the first Redis case; each case gets a fresh prefix.
+let server: ReturnType<typeof startRedis> | undefined
+let prefixes = 0
+afterAll(async () => {
+  await (await server)?.stop()
+})
+const emptyLoad = async (): Promise<AgentLoad> => ({ minutes: [], seen: [], policy: null, pause: null })
 
 /**
- * The behaviour every hot-state implementation must have. The Redis implementation joins
- * this list and runs the same cases, so the two cannot drift.
+ * The behaviour every hot-state implementation must have: the in-process one and the Redis
+ * one run the same cases, so the two cannot drift.
  */
-const implementations: Array<[string, () => Promise<HotState>]> = [['memory', async () => new MemoryHotState()]]
+const implementations: Array<[string, () => Promise<HotState>]> = [
+  ['memory', async () => new MemoryHotState()],
+  [
+    'redis',
+    async () => {
+      server ??= startRedis()
+      return new RedisHotState({ redis: (await server).redis, prefix: `t${++prefixes}:`, loader: emptyLoad })
+    },
+  ],
+]
 
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 30)
 const USD = 1_000_000_000
@@ -34,6 +53,14 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect(await hs.seenEvent(ref, e.eventId, T0)).toEqual({ costNano: 5 })
     expect(await hs.seenEvent({ ...ref, userId: 'other-user' }, e.eventId, T0)).toBeNull()
     expect(await hs.seenEvent({ ...ref, agentId: 'other-agent' }, e.eventId, T0)).toBeNull()
+  })
+
+  it('reserves an unseen event id, and answers a counted one as done with its cost', async () => {
+    const hs = await make()
+    const e = ev(5)
+    expect(await hs.reserve([e], 'instance-1', T0)).toEqual([{ state: 'reserved' }])
+    await hs.record([e], T0)
+    expect(await hs.reserve([e, { ...e, agentId: 'other-agent' }], 'instance-1', T0)).toEqual([{ state: 'done', costNano: 5 }, { state: 'reserved' }])
   })
 
   it('keeps isolated totals per user and agent', async () => {

@@ -1,0 +1,79 @@
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { Redis } from 'ioredis'
+
+const REDIS_SERVER = '/usr/bin/redis-server'
+const READY_MS = 10_000
+
+/**
+ * A redis-server of the test file's own (one per file, in beforeAll), on a free port of
+ * 127.0.0.1, with persistence off: tests never share or keep Redis state.
+ */
+export async function startRedis(): Promise<{ url: string; redis: Redis; stop(): Promise<void> }> {
+  const port = await freePort()
+  const child = spawn(
+    REDIS_SERVER,
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', tmpdir(), '--daemonize', 'no'],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  )
+  const exited = once(child, 'exit')
+  let output = ''
+  child.stdout.setEncoding('utf8')
+  child.stderr.setEncoding('utf8')
+  child.stderr.on('data', (chunk: string) => (output += chunk))
+  try {
+    // Redis logs this line once it accepts connections: wait for it, within a deadline.
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`redis-server not ready within ${READY_MS} ms:\n${output}`)), READY_MS)
+      child.stdout.on('data', (chunk: string) => {
+        output += chunk
+        if (output.includes('Ready to accept connections')) {
+          clearTimeout(timer)
+          resolve()
+        }
+      })
+      exited.then(
+        ([code]) => {
+          clearTimeout(timer)
+          reject(new Error(`redis-server exited with ${code} before it was ready:\n${output}`))
+        },
+        (err: unknown) => {
+          clearTimeout(timer)
+          reject(err)
+        },
+      )
+    })
+  } catch (err) {
+    child.kill('SIGKILL')
+    throw err
+  }
+  const url = `redis://127.0.0.1:${port}`
+  const redis = new Redis(url, { maxRetriesPerRequest: 1 })
+  await redis.ping()
+  return {
+    url,
+    redis,
+    async stop() {
+      await redis.quit()
+      if (child.exitCode === null && child.signalCode === null) {
+        // With persistence off, SIGTERM is a SHUTDOWN NOSAVE.
+        child.kill('SIGTERM')
+        await exited
+      }
+    },
+  }
+}
+
+/** A port the OS had free a moment ago (listen on 0, read it, close). */
+async function freePort(): Promise<number> {
+  const server = createServer()
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const address = server.address()
+  server.close()
+  await once(server, 'close')
+  if (address === null || typeof address === 'string') throw new Error('no TCP port')
+  return address.port
+}
