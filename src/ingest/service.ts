@@ -2,13 +2,14 @@ import { randomUUID } from 'node:crypto'
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Clock } from '../clock.ts'
-import type { HotState, RecordResult, Transition } from '../hot-state/types.ts'
+import { StoreUnavailableError } from '../errors.ts'
+import type { EventRef, HotState, RecordResult, Reservation, Transition } from '../hot-state/types.ts'
 import { nanoToUsd, type Nano } from '../money.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
-import { toChDateTime64us } from '../storage/clickhouse.ts'
+import { chDateTimeToMs, toChDateTime64us } from '../storage/clickhouse.ts'
 import { monotonicMicros } from '../storage/version.ts'
-import { insertEvents, type EventRow } from '../storage/events.ts'
+import { eventKey, insertEvents, storedEvents, type EventRow } from '../storage/events.ts'
 import { insertTransitions } from '../storage/transitions.ts'
 import { GroupCommitter, type GroupCommitOptions } from './group-commit.ts'
 import type { PauseNotifier } from './notify.ts'
@@ -25,7 +26,12 @@ export interface IngestReply {
 interface Item {
   row: EventRow
   at: number
+  /** The reservation was taken over from a quiet instance: the row may be stored already. */
+  takeover: boolean
 }
+
+// How long a request waits for another instance storing the same event before a 503.
+const BUSY_WAIT_MS = 3000
 
 export interface IngestDeps {
   clickhouse: ClickHouseClient
@@ -49,6 +55,8 @@ export class IngestService {
   // Requests in flight per user+agent+event_id: a concurrent repeat waits for the first.
   readonly #inFlight = new Map<string, Promise<IngestReply>>()
   readonly #receivedAt = monotonicMicros()
+  // Names this instance's reservations (HotState.reserve).
+  readonly #token = randomUUID()
 
   constructor(deps: IngestDeps) {
     this.#deps = deps
@@ -81,8 +89,8 @@ export class IngestService {
   }
 
   async #accept(userId: string, eventId: string, e: EventBody): Promise<IngestReply> {
-    const seen = await this.#deps.hotState.seenEvent({ userId, agentId: e.agent_id }, eventId, this.#deps.clock.now())
-    if (seen) return this.#replay(userId, e.agent_id, eventId, seen.costNano)
+    const claim = await this.#claim({ userId, agentId: e.agent_id, eventId })
+    if (claim.state === 'done') return this.#replay(userId, e.agent_id, eventId, claim.costNano)
     const micros = this.#receivedAt(this.#deps.clock.now())
     const at = Math.floor(micros / 1000)
     const priced =
@@ -110,8 +118,24 @@ export class IngestService {
       cost_nano: priced.costNano,
       price_fallback: priced.fallback,
     }
-    const result = await this.#committer.submit({ row, at })
+    const result = await this.#committer.submit({ row, at, takeover: claim.state === 'takeover' })
     return { eventId, costNano: priced.costNano, paused: result.paused, totalNano: result.totalNano, duplicate: !result.counted }
+  }
+
+  /**
+   * Reserves the event id for this instance. While another instance is storing the same
+   * event, waits (bounded) for it to finish; then it is a duplicate, or stale and ours.
+   */
+  async #claim(ref: EventRef): Promise<Exclude<Reservation, { state: 'busy' }>> {
+    const deadline = performance.now() + BUSY_WAIT_MS
+    for (let delay = 10; ; delay = Math.min(delay * 2, 200)) {
+      const [claim] = await this.#deps.hotState.reserve([ref], this.#token, this.#deps.clock.now())
+      if (claim!.state !== 'busy') return claim!
+      if (performance.now() > deadline) {
+        throw new StoreUnavailableError('the same event is being stored by another instance; retry with the same event_id')
+      }
+      await new Promise((r) => setTimeout(r, delay))
+    }
   }
 
   async #replay(userId: string, agentId: string, eventId: string, costNano: Nano): Promise<IngestReply> {
@@ -121,9 +145,20 @@ export class IngestService {
 
   async #commit(items: Item[]): Promise<RecordResult[]> {
     const { clickhouse, hotState, clock } = this.#deps
+    // A taken-over event may have been stored by the instance that went quiet: look, and
+    // count the stored row instead of storing it twice (one query, only after a failure).
+    const takeovers = items.filter((i) => i.takeover)
+    const stored = takeovers.length > 0 ? await storedEvents(clickhouse, takeovers.map((i) => i.row)) : new Map<string, EventRow>()
+    for (const item of takeovers) {
+      const row = stored.get(eventKey(item.row))
+      if (row) {
+        item.row = row
+        item.at = chDateTimeToMs(row.timestamp)
+      }
+    }
     await insertEvents(
       clickhouse,
-      items.map((i) => i.row),
+      items.filter((i) => !stored.has(eventKey(i.row))).map((i) => i.row),
     )
     const results = await hotState.record(
       items.map(({ row, at }) => ({

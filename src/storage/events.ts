@@ -1,5 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
+import type { AgentRef } from '../hot-state/types.ts'
 import type { Nano } from '../money.ts'
 import { fromChDateTime } from './clickhouse.ts'
 import { insert, select } from './query.ts'
@@ -166,18 +167,18 @@ export type MinuteRow = z.output<typeof minuteRow>
  * An event_id stored twice for an agent (a retry whose first insert failed ambiguously)
  * counts once, as the hot state's dedup does.
  */
-export function windowMinutes(client: ClickHouseClient, sinceMs: number): Promise<MinuteRow[]> {
+export function windowMinutes(client: ClickHouseClient, sinceMs: number, ref?: AgentRef): Promise<MinuteRow[]> {
   return select(
     client,
     `SELECT user_id, agent_id, minute, sum(cost) AS cost_nano, countIf(llm) AS llm_calls
      FROM (
        SELECT user_id, agent_id, min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute,
               argMin(cost_nano, timestamp) AS cost, argMin(event_type = 'llm_call', timestamp) AS llm
-       FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64})
+       FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${agentFilter(ref)}
        GROUP BY user_id, agent_id, event_id
      )
      GROUP BY user_id, agent_id, minute ORDER BY minute`,
-    { since: sinceMs },
+    { since: sinceMs, user: ref?.userId, agent: ref?.agentId },
     minuteRow,
   )
 }
@@ -186,14 +187,60 @@ const seenRow = z.object({ user_id: z.string(), agent_id: z.string(), event_id: 
 export type SeenRow = z.output<typeof seenRow>
 
 /** Event ids accepted since `sinceMs`, for rebuilding the dedup set. */
-export function seenEvents(client: ClickHouseClient, sinceMs: number): Promise<SeenRow[]> {
+export function seenEvents(client: ClickHouseClient, sinceMs: number, ref?: AgentRef): Promise<SeenRow[]> {
   return select(
     client,
     `SELECT user_id, agent_id, toString(event_id) AS event_id, argMin(cost_nano, timestamp) AS cost_nano,
             min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute
-     FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64})
+     FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${agentFilter(ref)}
      GROUP BY user_id, agent_id, event_id`,
-    { since: sinceMs },
+    { since: sinceMs, user: ref?.userId, agent: ref?.agentId },
     seenRow,
   )
+}
+
+/** Narrows a rebuild query to one agent (an on-demand load), or leaves it whole. */
+export function agentFilter(ref: AgentRef | undefined): string {
+  return ref ? 'AND user_id = {user:String} AND agent_id = {agent:String}' : ''
+}
+
+/** The identity of a stored event: ids are unique per (user, agent). */
+export function eventKey(e: Pick<EventRow, 'user_id' | 'agent_id' | 'event_id'>): string {
+  return `${e.user_id}\0${e.agent_id}\0${e.event_id}`
+}
+
+const rawRow = z.object({
+  user_id: z.string(),
+  agent_id: z.string(),
+  timestamp: z.string(),
+  event_id: z.string(),
+  event_type: z.enum(['llm_call', 'tool_call', 'agent_start', 'agent_end']),
+  model: z.string(),
+  input_tokens: int,
+  output_tokens: int,
+  cache_read_tokens: int,
+  cache_write_tokens: int,
+  tool_name: z.string().nullable(),
+  metadata: z.string(),
+  cost_nano: int,
+  price_fallback: z.coerce.boolean(),
+})
+
+/**
+ * Which of these events are stored already, as stored (one query for a batch; the
+ * event_id skip index of sql/0006 keeps it from reading the agents' whole history).
+ */
+export async function storedEvents(client: ClickHouseClient, rows: readonly EventRow[]): Promise<Map<string, EventRow>> {
+  const found = await select(
+    client,
+    `SELECT user_id, agent_id, timestamp, event_id, event_type, model,
+            input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, tool_name, metadata, cost_nano, price_fallback
+     FROM events
+     WHERE user_id IN {users:Array(String)} AND agent_id IN {agents:Array(String)} AND event_id IN {ids:Array(UUID)}
+     LIMIT 1 BY user_id, agent_id, event_id`,
+    { users: [...new Set(rows.map((r) => r.user_id))], agents: [...new Set(rows.map((r) => r.agent_id))], ids: rows.map((r) => r.event_id) },
+    rawRow,
+  )
+  const wanted = new Set(rows.map(eventKey))
+  return new Map(found.filter((r) => wanted.has(eventKey(r))).map((r) => [eventKey(r), r]))
 }

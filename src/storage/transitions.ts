@@ -1,7 +1,8 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
-import type { Transition } from '../hot-state/types.ts'
+import type { AgentRef, Transition } from '../hot-state/types.ts'
 import { chDateTimeToMs, toChDateTime } from './clickhouse.ts'
+import { agentFilter } from './events.ts'
 import { insert, select } from './query.ts'
 import { nextVersion } from './version.ts'
 
@@ -28,7 +29,7 @@ const latestRow = z
 export type LatestTransition = z.output<typeof latestRow>
 
 /** The newest transition of every agent: its pause state as last decided. */
-export function latestTransitions(client: ClickHouseClient): Promise<LatestTransition[]> {
+export function latestTransitions(client: ClickHouseClient, ref?: AgentRef): Promise<LatestTransition[]> {
   return select(
     client,
     `SELECT user_id, agent_id,
@@ -36,8 +37,8 @@ export function latestTransitions(client: ClickHouseClient): Promise<LatestTrans
             argMax(reason, version) AS reason,
             argMax(override, version) AS override,
             toString(max(at)) AS last_at
-     FROM pause_transitions GROUP BY user_id, agent_id`,
-    {},
+     FROM pause_transitions WHERE 1 ${agentFilter(ref)} GROUP BY user_id, agent_id`,
+    { user: ref?.userId, agent: ref?.agentId },
     latestRow,
   )
 }
