@@ -1,4 +1,5 @@
 import type { ClickHouseClient } from '@clickhouse/client'
+import type { Redis } from 'ioredis'
 import rateLimit from '@fastify/rate-limit'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { AgentService } from './agents/service.ts'
@@ -35,6 +36,7 @@ export interface AppDeps {
   ingest: IngestService
   agents: AgentService
   keys: ApiKeys
+  redis?: Redis | null
   /** pino-compatible; none (silent) when omitted. */
   log?: FastifyBaseLogger
 }
@@ -95,7 +97,13 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     request.principal = principal
   })
 
-  await app.register(rateLimit, { global: false, store: GroupedLocalStore })
+  // With Redis, the limit holds across instances (120 in all, not 120 each); the plugin's
+  // Redis store keys by our key generator, which already names the route group. While
+  // Redis is away the limit is skipped: the hot state answers 503 for writes anyway.
+  await app.register(
+    rateLimit,
+    deps.redis ? { global: false, redis: deps.redis, nameSpace: 'burnrate:rl:', skipOnError: true } : { global: false, store: GroupedLocalStore },
+  )
 
   app.setErrorHandler((err: FastifyError, request, reply) => {
     const problem = toProblem(err)

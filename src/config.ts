@@ -17,7 +17,7 @@ const envSchema = z.object({
   CLICKHOUSE_USER: z.string().optional(),
   CLICKHOUSE_PASSWORD: z.string().optional(),
   CLICKHOUSE_DATABASE: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/).default('default'),
-  REDIS_URL: z.string().optional(),
+  REDIS_URL: z.url({ protocol: /^rediss?$/, error: 'must be a redis:// or rediss:// URL' }).optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   PRICES_FILE: z.string().min(1).optional(),
   EVENTS_RATE_LIMIT: positiveInt.default(120),
@@ -66,9 +66,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     throw new ConfigError(`invalid configuration:\n${lines.join('\n')}`)
   }
   const e = parsed.data
-  if (e.REDIS_URL) {
-    throw new ConfigError('invalid configuration:\n  REDIS_URL: the Redis hot state is not available in this version; unset REDIS_URL')
-  }
   const dataDir = resolve(e.DATA_DIR)
   return Object.freeze({
     port: e.PORT,
@@ -78,6 +75,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ? { kind: 'server' as const, url: e.CLICKHOUSE_URL, username: e.CLICKHOUSE_USER, password: e.CLICKHOUSE_PASSWORD }
       : { kind: 'embedded' as const, path: resolve(dataDir, 'clickhouse') },
     clickhouseDatabase: e.CLICKHOUSE_DATABASE,
+    redisUrl: e.REDIS_URL,
     logLevel: e.LOG_LEVEL,
     pricesFile: e.PRICES_FILE,
     rateLimits: { events: e.EVENTS_RATE_LIMIT, reads: e.READS_RATE_LIMIT, config: e.CONFIG_RATE_LIMIT },

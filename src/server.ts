@@ -1,5 +1,6 @@
 import type { Server } from 'node:http'
 import type { ClickHouseClient } from '@clickhouse/client'
+import type { Redis } from 'ioredis'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { pino } from 'pino'
 import { AgentService } from './agents/service.ts'
@@ -9,18 +10,22 @@ import { adminSocketPath, claimAdminSocket, startAdminSocket } from './cli/admin
 import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
 import { MemoryHotState } from './hot-state/memory.ts'
+import { RedisHotState } from './hot-state/redis.ts'
 import type { HotState } from './hot-state/types.ts'
 import { createMetrics, serveMetrics, type Metrics } from './metrics.ts'
 import { WebhookPauseNotifier } from './ingest/notify.ts'
-import { rebuildHotState } from './ingest/rebuild.ts'
+import { agentLoader, rebuildHotState } from './ingest/rebuild.ts'
 import { IngestService } from './ingest/service.ts'
 import { WebhookNotifier } from './notify/webhook.ts'
 import { createPriceTable, loadPricesFile } from './pricing/price-table.ts'
 import { createClickHouse } from './storage/clickhouse.ts'
 import { migrate } from './storage/migrations.ts'
+import { createRedis, KEY_REVOKED_CHANNEL } from './storage/redis.ts'
 
 export interface Services {
   config: Config
+  /** The shared Redis (hot state, rate limits, revocations); null in the embedded mode. */
+  redis: Redis | null
   metrics: Metrics
   clock: Clock
   clickhouse: ClickHouseClient
@@ -42,8 +47,12 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
   const applied = await migrate(clickhouse)
   if (applied.length > 0) log.info({ applied }, 'applied migrations')
 
-  const hotState = new MemoryHotState()
-  const metrics = createMetrics({ ingest: () => ingest.stats, agents: () => hotState.size })
+  // With REDIS_URL the hot state is shared by every instance and loads an agent from
+  // ClickHouse when its keys are missing; without it, it lives here and is rebuilt whole.
+  const redis = config.redisUrl ? createRedis(config.redisUrl) : null
+  const memory = redis ? null : new MemoryHotState()
+  const hotState: HotState = memory ?? new RedisHotState({ redis: redis!, loader: agentLoader(clickhouse) })
+  const metrics = createMetrics({ ingest: () => ingest.stats, agents: () => memory?.size ?? Number.NaN })
   const webhooks = new WebhookNotifier({
     allowPrivate: config.webhook.allowPrivate,
     timeoutMs: config.webhook.timeoutMs,
@@ -67,14 +76,28 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
       },
     },
   })
-  const transitions = await rebuildHotState(clickhouse, hotState, clock.now())
-  if (transitions.length > 0) await ingest.persistTransitions(transitions)
+  if (memory) {
+    const transitions = await rebuildHotState(clickhouse, memory, clock.now())
+    if (transitions.length > 0) await ingest.persistTransitions(transitions)
+  }
 
   const agents = new AgentService({ clickhouse, hotState, ingest, clock, allowPrivateWebhooks: config.webhook.allowPrivate })
-  const keys = new ApiKeys(clickhouse, { clock, cacheTtlMs: config.keyCacheTtlMs })
+  const keys = new ApiKeys(clickhouse, {
+    clock,
+    cacheTtlMs: config.keyCacheTtlMs,
+    onRevoked: redis ? (hash) => void redis.publish(KEY_REVOKED_CHANNEL, hash).catch(() => {}) : undefined,
+  })
+  // A key revoked through any instance stops working on every instance at once (without
+  // Redis, within KEY_CACHE_TTL_MS).
+  const subscriber = redis?.duplicate() ?? null
+  if (subscriber) {
+    await subscriber.subscribe(KEY_REVOKED_CHANNEL)
+    subscriber.on('message', (_channel: string, hash: string) => keys.forget(hash))
+  }
 
   return {
     config,
+    redis,
     metrics,
     clock,
     clickhouse,
@@ -87,6 +110,8 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
       await ingest.close()
       await Promise.race([webhooks.drain(), new Promise((r) => setTimeout(r, 10_000).unref())])
       await hotState.close()
+      subscriber?.disconnect()
+      await redis?.quit()
       await clickhouse.close()
     },
   }

@@ -43,10 +43,19 @@ export class ApiKeys {
   // instead of sending one each (a fleet starting up presents one key many times at once).
   readonly #cache = new Map<string, { principal: Promise<Principal | null>; at: number }>()
 
-  constructor(client: ClickHouseClient, opts: { clock: Clock; cacheTtlMs: number }) {
+  readonly #onRevoked: ((keyHash: string) => void) | undefined
+
+  /** `onRevoked` tells other instances (Redis pub/sub), which then call forget(). */
+  constructor(client: ClickHouseClient, opts: { clock: Clock; cacheTtlMs: number; onRevoked?: (keyHash: string) => void }) {
     this.#client = client
     this.#clock = opts.clock
     this.#ttlMs = opts.cacheTtlMs
+    this.#onRevoked = opts.onRevoked
+  }
+
+  /** Drops a cached verification, so the next request with that key reads ClickHouse. */
+  forget(keyHash: string): void {
+    this.#cache.delete(keyHash)
   }
 
   async create(userId: string, opts: { name?: string; rateLimit?: number | null } = {}): Promise<CreatedKey> {
@@ -78,6 +87,7 @@ export class ApiKeys {
       await saveKey(this.#client, current, 2)
     }
     this.#cache.set(current.keyHash, { principal: Promise.resolve(null), at: this.#clock.now() })
+    this.#onRevoked?.(current.keyHash)
     return current
   }
 

@@ -31,8 +31,8 @@ export function unique(prefix: string): string {
  * the real routes. chDB allows one data path per process, and vitest runs each test file in
  * its own process: open one harness per file (beforeAll) and isolate tests by user.
  */
-export async function startHarness(opts: { clock?: Clock; env?: Record<string, string> } = {}): Promise<Harness> {
-  const dataDir = mkdtempSync(join(tmpdir(), 'burnrate-test-'))
+export async function startHarness(opts: { clock?: Clock; env?: Record<string, string>; dataDir?: string } = {}): Promise<Harness> {
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'burnrate-test-'))
   const config = loadConfig({ DATA_DIR: dataDir, LOG_LEVEL: 'silent', WEBHOOK_ALLOW_PRIVATE: 'true', BATCH_MAX_WAIT_MS: '1', ...opts.env })
   const log = pino({ level: process.env.TEST_LOG_LEVEL ?? 'silent' })
   const services = await openServices(config, { clock: opts.clock, log })

@@ -1,0 +1,159 @@
+import { randomUUID } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { eventually, LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
+import { startReceiver, type Receiver } from './helpers/receiver.ts'
+import { startRedis } from './helpers/redis.ts'
+import { toChDateTime64us } from '../src/storage/clickhouse.ts'
+import { insertEvents } from '../src/storage/events.ts'
+
+/**
+ * Two burnrate instances on one Redis and one ClickHouse, as behind a load balancer. chDB
+ * lets one process open a data path, so both instances run in this process on one engine
+ * (separate apps, Redis clients, batchers, caches and reservation tokens); the process-level
+ * crash tests are in redis-restart.test.ts.
+ */
+let redis: Awaited<ReturnType<typeof startRedis>>
+let a: Harness
+let b: Harness
+let receiver: Receiver
+
+beforeAll(async () => {
+  redis = await startRedis()
+  const env = { REDIS_URL: redis.url }
+  a = await startHarness({ env })
+  b = await startHarness({ env, dataDir: a.dataDir })
+  receiver = await startReceiver()
+})
+afterAll(async () => {
+  await b?.close()
+  await a?.close()
+  await receiver?.close()
+  await redis?.stop()
+})
+
+async function storedRows(agentId: string, userId: string): Promise<number> {
+  const rs = await a.services.clickhouse.query({
+    query: 'SELECT count() AS n FROM events WHERE user_id = {u:String} AND agent_id = {a:String}',
+    query_params: { u: userId, a: agentId },
+    format: 'JSONEachRow',
+  })
+  return Number((await rs.json<{ n: string }>())[0]!.n)
+}
+
+describe('two instances, one Redis', () => {
+  it('count concurrent events of one agent exactly, pause it once, and send one webhook', async () => {
+    const user = unique('u')
+    const key = await a.key(user)
+    const agent = unique('agent')
+    // 40 events of 0.0075 = 0.30 USD; the threshold 0.1 is crossed once, somewhere.
+    await a.post('/config', { agent_id: agent, cost_threshold_usd: 0.1, slack_webhook_url: receiver.url }, key)
+    const replies = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).post('/events', llmCall(agent), key)))
+    expect(replies.map((r) => r.statusCode)).toEqual(Array(40).fill(200))
+    const totals = replies.map((r) => r.json().total_cost_24h as number).sort((x, y) => x - y)
+    // No lost update: every event saw a distinct running total, the last one all 40.
+    expect(new Set(totals).size).toBe(40)
+    expect(totals.at(-1)).toBeCloseTo(40 * LLM_CALL_USD, 12)
+    expect(replies.filter((r) => r.json().paused)).toHaveLength(40 - 13) // 13 * 0.0075 = 0.0975 <= 0.1
+
+    await Promise.all([a.services.webhooks.drain(), b.services.webhooks.drain()])
+    expect(receiver.messages.filter((m) => m.text.includes(agent))).toHaveLength(1)
+    const rs = await a.services.clickhouse.query({
+      query: "SELECT count() AS n FROM pause_transitions WHERE agent_id = {a:String} AND reason = 'budget'",
+      query_params: { a: agent },
+      format: 'JSONEachRow',
+    })
+    expect(await rs.json()).toEqual([{ n: '1' }])
+    expect(await storedRows(agent, user)).toBe(40)
+  })
+
+  it('show a pause set through one instance on the other', async () => {
+    const key = await a.key(unique('u'))
+    await b.post('/events', llmCall('x'), key)
+    expect((await a.post('/config/pause', { agent_id: 'x', is_paused: true }, key)).json().is_paused).toBe(true)
+    expect((await b.post('/events', llmCall('x'), key)).json().paused).toBe(true)
+    expect((await b.get('/agents', key)).json().agents[0].is_paused).toBe(true)
+    await b.post('/config/pause', { agent_id: 'x', is_paused: false }, key)
+    expect((await a.post('/events', llmCall('x'), key)).json().paused).toBe(false)
+  })
+
+  it('share the rate limit: 10 per minute means 10 across both', async () => {
+    const user = unique('u')
+    const key = (await a.services.keys.create(user, { rateLimit: 10 })).key
+    const statuses: number[] = []
+    for (let i = 0; i < 14; i++) statuses.push((await (i % 2 ? a : b).post('/events', llmCall('r'), key)).statusCode)
+    expect(statuses.filter((s) => s === 200)).toHaveLength(10)
+    expect(statuses.slice(10)).toEqual([429, 429, 429, 429])
+  })
+
+  it('store and count an event sent through both at once a single time', async () => {
+    const user = unique('u')
+    const key = await a.key(user)
+    for (let round = 0; round < 5; round++) {
+      const event_id = randomUUID()
+      const replies = await Promise.all([a, b, a, b].map((h) => h.post('/events', llmCall('dup', { event_id }), key)))
+      expect(replies.map((r) => r.statusCode)).toEqual([200, 200, 200, 200])
+      expect(new Set(replies.map((r) => r.json().cost_usd))).toEqual(new Set([LLM_CALL_USD]))
+    }
+    expect(await storedRows('dup', user)).toBe(5)
+    expect((await a.get('/agents', key)).json().agents[0]).toMatchObject({ llm_calls: 5, total_cost_usd: 5 * LLM_CALL_USD })
+    expect((await b.post('/events', { agent_id: 'dup', event_type: 'agent_end' }, key)).json().total_cost_24h).toBeCloseTo(5 * LLM_CALL_USD, 12)
+  })
+
+  it('finish an event whose instance died between storing and counting it, without storing it twice', async () => {
+    const user = unique('u')
+    const key = await a.key(user)
+    const event_id = randomUUID()
+    // The crashed instance claimed the id 10 s ago and its INSERT landed; then it died.
+    const now = Date.now()
+    expect(await a.services.hotState.reserve([{ userId: user, agentId: 'c', eventId: event_id }], 'crashed-instance', now - 10_000)).toEqual([
+      { state: 'reserved' },
+    ])
+    await insertEvents(a.services.clickhouse, [
+      {
+        user_id: user,
+        agent_id: 'c',
+        timestamp: toChDateTime64us((now - 9_000) * 1000),
+        event_id,
+        event_type: 'llm_call',
+        model: 'gpt-4o',
+        input_tokens: 1000,
+        output_tokens: 500,
+        cache_read_tokens: 0,
+        cache_write_tokens: 0,
+        tool_name: null,
+        metadata: '',
+        cost_nano: LLM_CALL_USD * 1e9,
+        price_fallback: false,
+      },
+    ])
+    // The client retries through another instance: it takes the stale claim over, finds the row.
+    const retry = await b.post('/events', llmCall('c', { event_id }), key)
+    expect(retry.json()).toMatchObject({ ok: true, cost_usd: LLM_CALL_USD, total_cost_24h: LLM_CALL_USD })
+    expect(await storedRows('c', user)).toBe(1)
+    expect((await a.post('/events', llmCall('c', { event_id }), key)).json()).toMatchObject({ duplicate: true, total_cost_24h: LLM_CALL_USD })
+  })
+
+  it('stop a key revoked through one instance on the other at once', async () => {
+    const created = await a.services.keys.create(unique('u'))
+    expect((await b.post('/events', llmCall('k'), created.key)).statusCode).toBe(200) // b caches it
+    await a.services.keys.revoke(created.record.keyId)
+    await eventually(async () => ((await b.post('/events', llmCall('k'), created.key)).statusCode === 401 ? true : undefined), 1000)
+  })
+
+  it('rebuild totals from ClickHouse when Redis is flushed under load, without double counting', async () => {
+    const user = unique('u')
+    const key = await a.key(user)
+    const send = (h: Harness) => h.post('/events', llmCall('f'), key)
+    const first = await Promise.all(Array.from({ length: 30 }, (_, i) => send(i % 2 ? a : b)))
+    const flushed = redis.redis.flushall()
+    const during = await Promise.all(Array.from({ length: 30 }, (_, i) => send(i % 2 ? a : b)))
+    await flushed
+    const after = await Promise.all(Array.from({ length: 10 }, (_, i) => send(i % 2 ? a : b)))
+    const ok = [...first, ...during, ...after].filter((r) => r.statusCode === 200).length
+    const stored = await storedRows('f', user)
+    expect(stored).toBeGreaterThanOrEqual(ok)
+    const total = (await a.post('/events', { agent_id: 'f', event_type: 'agent_end' }, key)).json().total_cost_24h
+    expect(total).toBeCloseTo(stored * LLM_CALL_USD, 12)
+    expect((await b.get('/agents', key)).json().agents[0]).toMatchObject({ llm_calls: stored })
+  })
+})
