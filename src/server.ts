@@ -20,7 +20,7 @@ import { WebhookNotifier } from './notify/webhook.ts'
 import { createPriceTable, loadPricesFile } from './pricing/price-table.ts'
 import { createClickHouse } from './storage/clickhouse.ts'
 import { migrate } from './storage/migrations.ts'
-import { createRedis, KEY_REVOKED_CHANNEL } from './storage/redis.ts'
+import { createRedis, KEY_REVOKED_CHANNEL, watch } from './storage/redis.ts'
 
 export interface Services {
   config: Config
@@ -49,7 +49,7 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
 
   // With REDIS_URL the hot state is shared by every instance and loads an agent from
   // ClickHouse when its keys are missing; without it, it lives here and is rebuilt whole.
-  const redis = config.redisUrl ? createRedis(config.redisUrl) : null
+  const redis = config.redisUrl ? createRedis(config.redisUrl, log) : null
   const memory = redis ? null : new MemoryHotState()
   const hotState: HotState = memory ?? new RedisHotState({ redis: redis!, loader: agentLoader(clickhouse) })
   const metrics = createMetrics({ ingest: () => ingest.stats, agents: () => memory?.size ?? Number.NaN })
@@ -91,6 +91,7 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
   // Redis, within KEY_CACHE_TTL_MS).
   const subscriber = redis?.duplicate() ?? null
   if (subscriber) {
+    watch(subscriber, log)
     await subscriber.subscribe(KEY_REVOKED_CHANNEL)
     subscriber.on('message', (_channel: string, hash: string) => keys.forget(hash))
   }

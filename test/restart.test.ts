@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import { join } from 'node:path'
-import { afterEach, describe, expect, it } from 'vitest'
+import { afterAll, afterEach, describe, expect, it } from 'vitest'
+import { startRedis } from './helpers/redis.ts'
 import { api, createKey, freshDataDir, cleanup, nano, startServe, waitFor, withDeadline, type ServerProcess } from './helpers/process.ts'
 
 // DECISIONS.md: "An acknowledged event is never lost: not by a crash of the service
@@ -122,10 +123,22 @@ function expectAllAckedStoredOnce(stored: StoredEvent[], planned: Planned[], ack
   }
 }
 
-describe('kill -9 under load', () => {
+// The same crash, with the hot state in process (rebuilt from ClickHouse at start) and in a
+// Redis that outlives the process (the restarted instance finds its state there).
+let redis: Awaited<ReturnType<typeof startRedis>> | null = null
+afterAll(async () => {
+  await redis?.stop()
+})
+const hotStates: Array<[string, () => Promise<Record<string, string>>]> = [
+  ['in process', async () => ({})],
+  ['in Redis', async () => ({ REDIS_URL: (redis ??= await startRedis()).url })],
+]
+
+describe.each(hotStates)('kill -9 under load, hot state %s', (_name, hotStateEnv) => {
   it('loses no acknowledged event, keeps the budget pause, and dedups retries after restart', async () => {
     const dataDir = freshDataDir()
-    let server = await startServe(dataDir)
+    const env = await hotStateEnv()
+    let server = await startServe(dataDir, env)
     // The CLI reaches the running server through the admin socket under DATA_DIR.
     const { key } = await createKey(dataDir, 'ops', ['--rate-limit', '100000'])
 
@@ -145,7 +158,19 @@ describe('kill -9 under load', () => {
     // A kill -9 leaves the admin socket file behind: the restart must not trip on it.
     expect(existsSync(join(dataDir, 'burnrate.sock'))).toBe(true)
 
-    server = await startServe(dataDir)
+    server = await startServe(dataDir, env)
+
+    // The clients of the requests the crash cut off retry them with the same event_id, as
+    // the client libraries do, until they are answered (a claim the dead instance left is
+    // busy for a few seconds, then taken over).
+    for (const id of run.unanswered) {
+      const e = events.find((p) => p.event_id === id)!
+      const retry = await waitFor(async () => {
+        const res = await api(server.url, 'POST', '/events', key, { ...e, event_type: 'llm_call', model: 'gpt-4o', output_tokens: 500 })
+        return res.status === 200 ? res : undefined
+      }, 15_000, `the retry of ${id} to be answered`)
+      run.acked.set(id, { agentId: e.agent_id, costNano: nano(retry.body.cost_usd), paused: retry.body.paused, totalNano: nano(retry.body.total_cost_24h) })
+    }
 
     const stored = await storedEvents(server.url, key)
     expectAllAckedStoredOnce(stored, events, run.acked)

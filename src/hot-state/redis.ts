@@ -166,10 +166,10 @@ export class RedisHotState implements HotState {
 
   /** Runs an agent's script; if the agent is not loaded, loads it and runs the script once more. */
   async #run(ref: AgentRef, now: number, call: () => Promise<unknown>): Promise<unknown> {
-    const first = await call()
+    const first = await unavailableOnError(call)
     if (first !== NEEDS_LOAD) return first
-    await this.#ensureLoaded(ref, now)
-    const second = await call()
+    await unavailableOnError(() => this.#ensureLoaded(ref, now))
+    const second = await unavailableOnError(call)
     // Only an agent expiring or flushed between the load and the retry gets here.
     if (second === NEEDS_LOAD) throw new StoreUnavailableError(`hot state for agent ${ref.agentId} was lost while loading it`)
     return second
@@ -294,5 +294,18 @@ function transitionOf(ref: AgentRef, now: number, t: TransitionReply): Transitio
     totalNano: Number(total),
     thresholdNano: Number(threshold),
     webhookUrl: webhook ?? null,
+  }
+}
+
+/**
+ * Redis refusing or unreachable is a store outage: the routes answer 503 with Retry-After
+ * and the client retries, instead of a 500. (ClickHouse errors of a load already are.)
+ */
+async function unavailableOnError<T>(call: () => Promise<T>): Promise<T> {
+  try {
+    return await call()
+  } catch (err) {
+    if (err instanceof StoreUnavailableError) throw err
+    throw new StoreUnavailableError('Redis did not answer', { cause: err })
   }
 }

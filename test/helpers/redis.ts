@@ -11,8 +11,8 @@ const READY_MS = 10_000
  * A redis-server of the test file's own (one per file, in beforeAll), on a free port of
  * 127.0.0.1, with persistence off: tests never share or keep Redis state.
  */
-export async function startRedis(): Promise<{ url: string; redis: Redis; stop(): Promise<void> }> {
-  const port = await freePort()
+export async function startRedis(opts: { port?: number } = {}): Promise<{ url: string; port: number; redis: Redis; stop(): Promise<void> }> {
+  const port = opts.port ?? (await freePort())
   const child = spawn(
     REDIS_SERVER,
     ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', tmpdir(), '--daemonize', 'no'],
@@ -54,6 +54,7 @@ export async function startRedis(): Promise<{ url: string; redis: Redis; stop():
   await redis.ping()
   return {
     url,
+    port,
     redis,
     async stop() {
       await redis.quit()

@@ -1,0 +1,52 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { eventually, LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
+import { startRedis } from './helpers/redis.ts'
+
+let redis: Awaited<ReturnType<typeof startRedis>>
+let h: Harness
+
+beforeAll(async () => {
+  redis = await startRedis()
+  h = await startHarness({ env: { REDIS_URL: redis.url } })
+})
+afterAll(async () => {
+  await h?.close()
+  await redis?.stop()
+})
+
+describe('a Redis outage', () => {
+  it('answers 503 with Retry-After instead of a guess, and recovers by itself when Redis returns', async () => {
+    const user = unique('u')
+    const key = await h.key(user)
+    await h.post('/config', { agent_id: 'a', cost_threshold_usd: 2 * LLM_CALL_USD }, key)
+    expect((await h.post('/events', llmCall('a'), key)).json()).toMatchObject({ paused: false, total_cost_24h: LLM_CALL_USD })
+
+    await redis.stop() // a Redis without persistence: it comes back empty
+    const during = await h.post('/events', llmCall('a'), key)
+    expect(during.statusCode).toBe(503)
+    expect(during.headers['retry-after']).toBe('1')
+    expect(during.json()).toMatchObject({ code: 'store_unavailable' })
+    const read = await h.get('/agents', key)
+    expect(read.statusCode).toBe(503) // no pause flag to show: no answer rather than a wrong one
+    expect((await h.get('/readyz', null)).statusCode).toBe(503)
+
+    redis = await startRedis({ port: redis.port })
+    await eventually(async () => ((await h.get('/readyz', null)).statusCode === 200 ? true : undefined), 10_000)
+    // The agent is loaded again from ClickHouse: its first event, and the one stored during
+    // the outage if its INSERT landed before the count failed, are counted once each.
+    const stored = Number(
+      (
+        await (
+          await h.services.clickhouse.query({
+            query: "SELECT count() AS n FROM events WHERE user_id = {u:String} AND agent_id = 'a'",
+            query_params: { u: user },
+            format: 'JSONEachRow',
+          })
+        ).json<{ n: string }>()
+      )[0]!.n,
+    )
+    const after = (await h.post('/events', llmCall('a'), key)).json()
+    expect(after.total_cost_24h).toBeCloseTo((stored + 1) * LLM_CALL_USD, 12)
+    expect(after.paused).toBe(stored + 1 > 2)
+  })
+})
