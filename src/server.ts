@@ -15,6 +15,7 @@ import type { HotState } from './hot-state/types.ts'
 import { createMetrics, serveMetrics, type Metrics } from './metrics.ts'
 import { WebhookPauseNotifier } from './ingest/notify.ts'
 import { agentLoader, rebuildHotState } from './ingest/rebuild.ts'
+import { startSweeper } from './ingest/sweeper.ts'
 import { IngestService } from './ingest/service.ts'
 import { WebhookNotifier } from './notify/webhook.ts'
 import { createPriceTable, loadPricesFile } from './pricing/price-table.ts'
@@ -87,6 +88,8 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
     cacheTtlMs: config.keyCacheTtlMs,
     onRevoked: redis ? (hash) => void redis.publish(KEY_REVOKED_CHANNEL, hash).catch(() => {}) : undefined,
   })
+  // Claims of instances that died are settled by whichever instance sweeps first.
+  const sweeper = redis ? startSweeper({ clickhouse, hotState, ingest, clock, log }) : null
   // A key revoked through any instance stops working on every instance at once (without
   // Redis, within KEY_CACHE_TTL_MS).
   const subscriber = redis?.duplicate() ?? null
@@ -108,6 +111,7 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
     keys,
     webhooks,
     async close() {
+      await sweeper?.stop()
       await ingest.close()
       await Promise.race([webhooks.drain(), new Promise((r) => setTimeout(r, 10_000).unref())])
       await hotState.close()

@@ -4,7 +4,9 @@ import { eventually, LLM_CALL_USD, llmCall, startHarness, unique, type Harness }
 import { startReceiver, type Receiver } from './helpers/receiver.ts'
 import { startRedis } from './helpers/redis.ts'
 import { toChDateTime64us } from '../src/storage/clickhouse.ts'
-import { insertEvents } from '../src/storage/events.ts'
+import { insertEvents, type EventRow } from '../src/storage/events.ts'
+import { sweepStaleClaims } from '../src/ingest/sweeper.ts'
+import { systemClock } from '../src/clock.ts'
 
 /**
  * Two burnrate instances on one Redis and one ClickHouse, as behind a load balancer. chDB
@@ -30,6 +32,26 @@ afterAll(async () => {
   await receiver?.close()
   await redis?.stop()
 })
+
+/** The row an instance stores for an llm_call of LLM_CALL_USD received at `atMs`. */
+function row(userId: string, agentId: string, eventId: string, atMs: number): EventRow {
+  return {
+    user_id: userId,
+    agent_id: agentId,
+    timestamp: toChDateTime64us(atMs * 1000),
+    event_id: eventId,
+    event_type: 'llm_call',
+    model: 'gpt-4o',
+    input_tokens: 1000,
+    output_tokens: 500,
+    cache_read_tokens: 0,
+    cache_write_tokens: 0,
+    tool_name: null,
+    metadata: '',
+    cost_nano: LLM_CALL_USD * 1e9,
+    price_fallback: false,
+  }
+}
 
 async function storedRows(agentId: string, userId: string): Promise<number> {
   const rs = await a.services.clickhouse.query({
@@ -108,29 +130,38 @@ describe('two instances, one Redis', () => {
     expect(await a.services.hotState.reserve([{ userId: user, agentId: 'c', eventId: event_id }], 'crashed-instance', now - 10_000)).toEqual([
       { state: 'reserved' },
     ])
-    await insertEvents(a.services.clickhouse, [
-      {
-        user_id: user,
-        agent_id: 'c',
-        timestamp: toChDateTime64us((now - 9_000) * 1000),
-        event_id,
-        event_type: 'llm_call',
-        model: 'gpt-4o',
-        input_tokens: 1000,
-        output_tokens: 500,
-        cache_read_tokens: 0,
-        cache_write_tokens: 0,
-        tool_name: null,
-        metadata: '',
-        cost_nano: LLM_CALL_USD * 1e9,
-        price_fallback: false,
-      },
-    ])
+    await insertEvents(a.services.clickhouse, [row(user, 'c', event_id, now - 9_000)])
     // The client retries through another instance: it takes the stale claim over, finds the row.
     const retry = await b.post('/events', llmCall('c', { event_id }), key)
     expect(retry.json()).toMatchObject({ ok: true, cost_usd: LLM_CALL_USD, total_cost_24h: LLM_CALL_USD })
     expect(await storedRows('c', user)).toBe(1)
     expect((await a.post('/events', llmCall('c', { event_id }), key)).json()).toMatchObject({ duplicate: true, total_cost_24h: LLM_CALL_USD })
+  })
+
+  it('settle the claims of an instance that died: count what it stored, forget what it did not', async () => {
+    const user = unique('u')
+    const key = await a.key(user)
+    await a.post('/events', llmCall('s'), key)
+    const [stored, lost] = [randomUUID(), randomUUID()]
+    const longAgo = Date.now() - 10 * 60_000
+    await a.services.hotState.reserve(
+      [stored, lost].map((eventId) => ({ userId: user, agentId: 's', eventId })),
+      'dead-instance',
+      longAgo,
+    )
+    await insertEvents(a.services.clickhouse, [row(user, 's', stored, longAgo + 1)])
+
+    const settled = await sweepStaleClaims({ ...b.services, clock: systemClock })
+    expect(settled).toBe(2)
+    expect(await b.services.hotState.staleClaims(Date.now(), 100)).toEqual([])
+    // The stored event is counted (once, whoever sweeps again); the lost one is forgotten,
+    // so its retry is a new event, stored and counted.
+    expect(await sweepStaleClaims({ ...a.services, clock: systemClock })).toBe(0)
+    expect((await a.post('/events', { agent_id: 's', event_type: 'agent_end' }, key)).json().total_cost_24h).toBeCloseTo(2 * LLM_CALL_USD, 12)
+    const retry = (await b.post('/events', llmCall('s', { event_id: lost }), key)).json()
+    expect(retry).toMatchObject({ total_cost_24h: 3 * LLM_CALL_USD })
+    expect(retry.duplicate).toBeUndefined()
+    expect(await storedRows('s', user)).toBe(4)
   })
 
   it('stop a key revoked through one instance on the other at once', async () => {

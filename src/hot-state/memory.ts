@@ -8,6 +8,7 @@ import {
   type AgentPolicy,
   type AgentRef,
   type AgentSnapshot,
+  type Claim,
   type EventRef,
   type HotState,
   type PauseState,
@@ -52,6 +53,13 @@ export class MemoryHotState implements HotState {
       return hit ? { state: 'done', costNano: hit.costNano } : { state: 'reserved' }
     })
   }
+
+  // One process: a claim dies with the process that made it.
+  async staleClaims(): Promise<Claim[]> {
+    return []
+  }
+
+  async dropClaim(): Promise<void> {}
 
   async record(events: readonly RecordInput[], now: number): Promise<RecordResult[]> {
     const nowMinute = minuteOf(now)

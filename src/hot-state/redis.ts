@@ -10,6 +10,7 @@ import {
   type AgentLoader,
   type AgentRef,
   type AgentSnapshot,
+  type Claim,
   type EventRef,
   type HotState,
   type PauseReason,
@@ -39,6 +40,9 @@ export class RedisHotState implements HotState {
   readonly #loading = new Map<string, Promise<void>>()
 
   readonly #staleMs: number
+  // A sorted set of the claims not yet recorded, by time (one key: it is small, entries
+  // live from claim to record, normally milliseconds).
+  readonly #claims: string
 
   /** reserveStaleMs: how long another instance's claim on an event id holds (reserve()). */
   constructor(opts: { redis: Redis | Cluster; prefix?: string; loader: AgentLoader; reserveStaleMs?: number }) {
@@ -48,6 +52,7 @@ export class RedisHotState implements HotState {
     if (/[{}]/.test(prefix)) throw new Error(`hot-state prefix must not contain braces: ${prefix}`)
     this.#redis = opts.redis
     this.#prefix = prefix
+    this.#claims = `${prefix}claims`
     this.#loader = opts.loader
     for (const [name, { lua, keys }] of Object.entries(SCRIPTS)) {
       // load.lua takes a variable number of keys (one per seen event): the caller passes the count.
@@ -69,7 +74,10 @@ export class RedisHotState implements HotState {
         const [state, cost] = (await this.#run(e, now, () =>
           this.#scripts.burnrateReserve(k.a, k.w, k.m, k.e(e.eventId), now, token, this.#staleMs),
         )) as [Reservation['state'], string?]
-        return state === 'done' ? { state, costNano: Number(cost) } : { state }
+        if (state === 'done') return { state, costNano: Number(cost) }
+        // Indexed by time, so a sweeper finds the claims of an instance that died.
+        if (state !== 'busy') await unavailableOnError(() => this.#redis.zadd(this.#claims, now, claimMember(e)))
+        return { state }
       }),
     )
   }
@@ -81,6 +89,7 @@ export class RedisHotState implements HotState {
         const k = this.#keys(e)
         const args = [now, AGENT_TTL_MS, String(e.costNano), e.llmCall ? 1 : 0, minuteOf(e.at)] as const
         const reply = (await this.#run(e, now, () => this.#scripts.burnrateRecord(k.a, k.w, k.m, k.e(e.eventId), ...args))) as RecordReply
+        await unavailableOnError(() => this.#redis.zrem(this.#claims, claimMember(e)))
         const [counted, total, paused, ...transitions] = reply
         return {
           counted: counted === 1,
@@ -90,6 +99,23 @@ export class RedisHotState implements HotState {
         }
       }),
     )
+  }
+
+  async staleClaims(before: number, limit: number): Promise<Claim[]> {
+    const flat = await unavailableOnError(() => this.#redis.zrangebyscore(this.#claims, '-inf', `(${before}`, 'WITHSCORES', 'LIMIT', 0, limit))
+    const claims: Claim[] = []
+    for (let i = 0; i < flat.length; i += 2) {
+      const [userId, agentId, eventId] = JSON.parse(flat[i]!) as [string, string, string]
+      claims.push({ userId, agentId, eventId, at: Number(flat[i + 1]) })
+    }
+    return claims
+  }
+
+  async dropClaim(claim: Claim): Promise<void> {
+    await unavailableOnError(async () => {
+      await this.#scripts.burnrateDropClaim(this.#keys(claim).e(claim.eventId), claim.at)
+      await this.#redis.zrem(this.#claims, claimMember(claim))
+    })
   }
 
   async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }> {
@@ -259,6 +285,7 @@ const NEEDS_LOAD = 'NEEDS_LOAD'
 const lua = (name: string): string => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8')
 const LIB = lua('lib')
 const script = (name: string, keys: number | null) => ({ lua: `${LIB}\n${lua(name)}`, keys })
+const standalone = (name: string, keys: number) => ({ lua: lua(name), keys })
 const SCRIPTS = {
   burnrateRecord: script('record', 4),
   burnrateGet: script('get', 3),
@@ -267,6 +294,7 @@ const SCRIPTS = {
   burnrateSeen: script('seen', 4),
   burnrateReserve: script('reserve', 4),
   burnrateLoad: script('load', null),
+  burnrateDropClaim: standalone('drop_claim', 1),
 }
 
 type Arg = string | number | string[]
@@ -277,6 +305,10 @@ type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>
 type TransitionReply = [TransitionReason, number, number, string, string, string | null]
 type RecordReply = [number, string, number, ...TransitionReply[]]
 type GetReply = [[string, string, number, string, number, string, number, string | null, number], TransitionReply | null]
+
+function claimMember(e: EventRef): string {
+  return JSON.stringify([e.userId, e.agentId, e.eventId])
+}
 
 function agentId(ref: AgentRef): string {
   return `${ref.userId}\0${ref.agentId}`

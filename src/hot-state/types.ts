@@ -90,6 +90,11 @@ export interface EventRef extends AgentRef {
   eventId: string
 }
 
+/** A reservation (see HotState.reserve) and when it was made. */
+export interface Claim extends EventRef {
+  at: number
+}
+
 /** Everything the hot state is rebuilt from (storage reads it from ClickHouse). */
 export interface RestoreData {
   minutes: Array<AgentRef & { minute: number; costNano: Nano; llmCalls: number }>
@@ -117,6 +122,14 @@ export interface HotState {
    * this, and the memory hot state answers only 'reserved' or 'done'.
    */
   reserve(events: readonly EventRef[], token: string, now: number): Promise<Reservation[]>
+  /**
+   * Claims made before `before` and never recorded, oldest first: their instance died
+   * between claiming and counting. A sweeper looks each up in ClickHouse and records it
+   * (stored) or drops it (not stored), so totals converge without waiting for a retry.
+   */
+  staleClaims(before: number, limit: number): Promise<Claim[]>
+  /** Forgets a claim nobody stored, unless the event was claimed again since. */
+  dropClaim(claim: Claim): Promise<void>
   /** Applies stored events in order: dedup, add to window, evaluate the budget rules. */
   record(events: readonly RecordInput[], now: number): Promise<RecordResult[]>
   /** The agent's window and state; relaxing rules (override cleared, auto-resume) apply. */

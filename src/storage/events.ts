@@ -230,7 +230,10 @@ const rawRow = z.object({
  * Which of these events are stored already, as stored (one query for a batch; the
  * event_id skip index of sql/0006 keeps it from reading the agents' whole history).
  */
-export async function storedEvents(client: ClickHouseClient, rows: readonly EventRow[]): Promise<Map<string, EventRow>> {
+export async function storedEvents(
+  client: ClickHouseClient,
+  rows: ReadonlyArray<Pick<EventRow, 'user_id' | 'agent_id' | 'event_id'>>,
+): Promise<Map<string, EventRow>> {
   const found = await select(
     client,
     `SELECT user_id, agent_id, timestamp, event_id, event_type, model,

@@ -48,8 +48,9 @@ async function client(): Promise<Redis> {
   return c
 }
 
+/** The per-agent keys under a prefix (the claims index beside them is not an agent's). */
 async function keysOf(p: string): Promise<string[]> {
-  return server.redis.keys(`${p}*`)
+  return server.redis.keys(`${p}hs:*`)
 }
 
 describe('redis hot state: load on demand', () => {
@@ -210,6 +211,8 @@ describe('redis hot state: keys', () => {
     await hs.record([ev(1), ev(2)], T0)
     const keys = await keysOf(p)
     expect(keys.length).toBe(6)
+    // The one claim never recorded waits in the claims index for the sweeper.
+    expect(await hs.staleClaims(T0 + 1, 10)).toEqual([{ ...ref, eventId: 'claimed', at: T0 }])
     for (const key of keys) {
       const ttl = await server.redis.pttl(key)
       expect(ttl, key).toBeGreaterThan(0)
@@ -223,7 +226,7 @@ describe('redis hot state: keys', () => {
     await hs.record([ev(1), ev(1, { agentId: 'gone' })], T0)
     await server.redis.set(`${p}other-component`, 'kept')
     await hs.restore({ minutes: [{ ...ref, minute: M0, costNano: 4, llmCalls: 1 }], seen: [], policies: [], pauses: [] }, T0)
-    expect((await keysOf(p)).sort()).toEqual([`${p}hs:{u:a}:a`, `${p}hs:{u:a}:m`, `${p}hs:{u:a}:w`, `${p}other-component`])
+    expect((await server.redis.keys(`${p}*`)).sort()).toEqual([`${p}hs:{u:a}:a`, `${p}hs:{u:a}:m`, `${p}hs:{u:a}:w`, `${p}other-component`])
     expect((await hs.get(ref, T0)).snapshot.totalNano).toBe(4)
   })
 })
