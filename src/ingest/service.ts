@@ -156,7 +156,7 @@ export class IngestService {
         item.at = chDateTimeToMs(row.timestamp)
       }
     }
-    await insertEvents(
+    await insertWithRetries(
       clickhouse,
       items.filter((i) => !stored.has(eventKey(i.row))).map((i) => i.row),
     )
@@ -191,6 +191,23 @@ export class IngestService {
       if (t.reason !== 'budget') continue
       this.#deps.log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano) }, 'agent paused by its budget')
       this.#deps.notifier.budgetPaused(t)
+    }
+  }
+}
+
+/**
+ * A batch INSERT, tried up to three times with the same deduplication token: a failure
+ * that was really a success (a timeout after the server stored it) is not stored twice,
+ * and a brief hiccup does not become a 503 for the whole batch.
+ */
+async function insertWithRetries(clickhouse: ClickHouseClient, rows: EventRow[]): Promise<void> {
+  const token = randomUUID()
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await insertEvents(clickhouse, rows, token)
+    } catch (err) {
+      if (attempt >= 3) throw err
+      await new Promise((r) => setTimeout(r, 50 * 4 ** (attempt - 1)))
     }
   }
 }

@@ -22,10 +22,15 @@ export async function select<S extends z.ZodType>(
   return rows.map((r) => row.parse(r))
 }
 
-export async function insert(client: ClickHouseClient, table: string, values: readonly object[]): Promise<void> {
+export async function insert(
+  client: ClickHouseClient,
+  table: string,
+  values: readonly object[],
+  clickhouse_settings?: Record<string, string | number>,
+): Promise<void> {
   if (values.length === 0) return
   try {
-    await client.insert({ table, values: values as object[], format: 'JSONEachRow' })
+    await client.insert({ table, values: values as object[], format: 'JSONEachRow', clickhouse_settings })
   } catch (err) {
     throw new StoreUnavailableError(`ClickHouse insert into ${table} failed`, { cause: err })
   }
