@@ -25,43 +25,45 @@ export interface EventRow {
 
 const int = z.coerce.number().int()
 
+/** A row of the events table as ClickHouse returns it (JSON: UUIDs and times as text). */
+const eventRow = z.object({
+  user_id: z.string(),
+  agent_id: z.string(),
+  timestamp: z.string(),
+  event_id: z.string(),
+  event_type: z.enum(['llm_call', 'tool_call', 'agent_start', 'agent_end']),
+  model: z.string(),
+  input_tokens: int,
+  output_tokens: int,
+  cache_read_tokens: int,
+  cache_write_tokens: int,
+  tool_name: z.string().nullable(),
+  metadata: z.string(),
+  cost_nano: int,
+  price_fallback: z.coerce.boolean(),
+})
+
 /** The event as the read API shows it (DECISIONS.md "Read responses"). */
-const storedEvent = z
-  .object({
-    event_id: z.string(),
-    agent_id: z.string(),
-    event_type: z.string(),
-    model: z.string(),
-    input_tokens: int,
-    output_tokens: int,
-    cache_read_tokens: int,
-    cache_write_tokens: int,
-    tool_name: z.string().nullable(),
-    metadata: z.string(),
-    cost_nano: int,
-    price_fallback: z.coerce.boolean(),
-    timestamp: z.string(),
-  })
-  .transform((r) => ({
-    event_id: r.event_id,
-    agent_id: r.agent_id,
-    event_type: r.event_type,
-    model: r.model === '' ? null : r.model,
-    input_tokens: r.input_tokens,
-    output_tokens: r.output_tokens,
-    cache_read_tokens: r.cache_read_tokens,
-    cache_write_tokens: r.cache_write_tokens,
-    tool_name: r.tool_name,
-    metadata: r.metadata === '' ? {} : (JSON.parse(r.metadata) as Record<string, unknown>),
-    cost_nano: r.cost_nano,
-    price_fallback: r.price_fallback,
-    timestamp: fromChDateTime(r.timestamp),
-  }))
+const storedEvent = eventRow.transform((r) => ({
+  event_id: r.event_id,
+  agent_id: r.agent_id,
+  event_type: r.event_type,
+  model: r.model === '' ? null : r.model,
+  input_tokens: r.input_tokens,
+  output_tokens: r.output_tokens,
+  cache_read_tokens: r.cache_read_tokens,
+  cache_write_tokens: r.cache_write_tokens,
+  tool_name: r.tool_name,
+  metadata: r.metadata === '' ? {} : (JSON.parse(r.metadata) as Record<string, unknown>),
+  cost_nano: r.cost_nano,
+  price_fallback: r.price_fallback,
+  timestamp: fromChDateTime(r.timestamp),
+}))
 
 export type StoredEvent = z.output<typeof storedEvent>
 
-const EVENT_COLUMNS = `toString(event_id) AS event_id, agent_id, event_type, model, input_tokens, output_tokens,
-  cache_read_tokens, cache_write_tokens, tool_name, metadata, cost_nano, price_fallback, timestamp`
+const EVENT_COLUMNS = `user_id, agent_id, timestamp, event_id, event_type, model, input_tokens, output_tokens,
+  cache_read_tokens, cache_write_tokens, tool_name, metadata, cost_nano, price_fallback`
 
 /**
  * One INSERT for a batch. Given a `token`, a repeat of the same batch (a retry after an
@@ -218,22 +220,6 @@ export function eventKey(e: Pick<EventRow, 'user_id' | 'agent_id' | 'event_id'>)
   return `${e.user_id}\0${e.agent_id}\0${e.event_id}`
 }
 
-const rawRow = z.object({
-  user_id: z.string(),
-  agent_id: z.string(),
-  timestamp: z.string(),
-  event_id: z.string(),
-  event_type: z.enum(['llm_call', 'tool_call', 'agent_start', 'agent_end']),
-  model: z.string(),
-  input_tokens: int,
-  output_tokens: int,
-  cache_read_tokens: int,
-  cache_write_tokens: int,
-  tool_name: z.string().nullable(),
-  metadata: z.string(),
-  cost_nano: int,
-  price_fallback: z.coerce.boolean(),
-})
 
 /**
  * Which of these events are stored already, as stored (one query for a batch; the
@@ -245,13 +231,11 @@ export async function storedEvents(
 ): Promise<Map<string, EventRow>> {
   const found = await select(
     client,
-    `SELECT user_id, agent_id, timestamp, event_id, event_type, model,
-            input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, tool_name, metadata, cost_nano, price_fallback
-     FROM events
+    `SELECT ${EVENT_COLUMNS} FROM events
      WHERE user_id IN {users:Array(String)} AND agent_id IN {agents:Array(String)} AND event_id IN {ids:Array(UUID)}
      LIMIT 1 BY user_id, agent_id, event_id`,
     { users: [...new Set(rows.map((r) => r.user_id))], agents: [...new Set(rows.map((r) => r.agent_id))], ids: rows.map((r) => r.event_id) },
-    rawRow,
+    eventRow,
   )
   const wanted = new Set(rows.map(eventKey))
   return new Map(found.filter((r) => wanted.has(eventKey(r))).map((r) => [eventKey(r), r]))
