@@ -32,6 +32,7 @@ interface Item {
 
 // How long a request waits for another instance storing the same event before a 503.
 const BUSY_WAIT_MS = 3000
+const MAX_UNCERTAIN = 100_000
 
 export interface IngestDeps {
   clickhouse: ClickHouseClient
@@ -55,6 +56,8 @@ export class IngestService {
   // Requests in flight per user+agent+event_id: a concurrent repeat waits for the first.
   readonly #inFlight = new Map<string, Promise<IngestReply>>()
   readonly #receivedAt = monotonicMicros()
+  // Events whose batch failed, oldest first (bounded): their retry looks in ClickHouse first.
+  readonly #uncertain = new Set<string>()
   // Names this instance's reservations (HotState.reserve).
   readonly #token = randomUUID()
 
@@ -118,7 +121,19 @@ export class IngestService {
       cost_nano: priced.costNano,
       price_fallback: priced.fallback,
     }
-    const result = await this.#committer.submit({ row, at, takeover: claim.state === 'takeover' })
+    // A batch that failed may have been stored all the same (a ClickHouse server that timed
+    // out after writing): its retry here looks before storing, as a takeover does.
+    const key = eventKey(row)
+    const failedBefore = this.#uncertain.delete(key)
+    const takeover = claim.state === 'takeover' || failedBefore
+    let result: RecordResult
+    try {
+      result = await this.#committer.submit({ row, at, takeover })
+    } catch (err) {
+      if (this.#uncertain.size >= MAX_UNCERTAIN) this.#uncertain.delete(this.#uncertain.keys().next().value!)
+      this.#uncertain.add(key)
+      throw err
+    }
     return { eventId, costNano: priced.costNano, paused: result.paused, totalNano: result.totalNano, duplicate: !result.counted }
   }
 
@@ -156,7 +171,7 @@ export class IngestService {
         item.at = chDateTimeToMs(row.timestamp)
       }
     }
-    await insertWithRetries(
+    await insertEvents(
       clickhouse,
       items.filter((i) => !stored.has(eventKey(i.row))).map((i) => i.row),
     )
@@ -191,23 +206,6 @@ export class IngestService {
       if (t.reason !== 'budget') continue
       this.#deps.log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano) }, 'agent paused by its budget')
       this.#deps.notifier.budgetPaused(t)
-    }
-  }
-}
-
-/**
- * A batch INSERT, tried up to three times with the same deduplication token: a failure
- * that was really a success (a timeout after the server stored it) is not stored twice,
- * and a brief hiccup does not become a 503 for the whole batch.
- */
-async function insertWithRetries(clickhouse: ClickHouseClient, rows: EventRow[]): Promise<void> {
-  const token = randomUUID()
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await insertEvents(clickhouse, rows, token)
-    } catch (err) {
-      if (attempt >= 3) throw err
-      await new Promise((r) => setTimeout(r, 50 * 4 ** (attempt - 1)))
     }
   }
 }

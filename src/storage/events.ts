@@ -65,17 +65,9 @@ export type StoredEvent = z.output<typeof storedEvent>
 const EVENT_COLUMNS = `user_id, agent_id, timestamp, event_id, event_type, model, input_tokens, output_tokens,
   cache_read_tokens, cache_write_tokens, tool_name, metadata, cost_nano, price_fallback`
 
-/**
- * One INSERT for a batch. Given a `token`, a repeat of the same batch (a retry after an
- * ambiguous failure) is stored once, in events and in the hourly view (sql/0007).
- */
-export function insertEvents(client: ClickHouseClient, rows: readonly EventRow[], token?: string): Promise<void> {
-  return insert(
-    client,
-    'events',
-    rows,
-    token === undefined ? undefined : { insert_deduplication_token: token, deduplicate_blocks_in_dependent_materialized_views: 1 },
-  )
+/** One INSERT for a batch. */
+export function insertEvents(client: ClickHouseClient, rows: readonly EventRow[]): Promise<void> {
+  return insert(client, 'events', rows)
 }
 
 /** The user's most recent events across all agents, newest first. */

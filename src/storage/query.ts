@@ -22,15 +22,10 @@ export async function select<S extends z.ZodType>(
   return rows.map((r) => row.parse(r))
 }
 
-export async function insert(
-  client: ClickHouseClient,
-  table: string,
-  values: readonly object[],
-  clickhouse_settings?: Record<string, string | number>,
-): Promise<void> {
+export async function insert(client: ClickHouseClient, table: string, values: readonly object[]): Promise<void> {
   if (values.length === 0) return
   try {
-    await client.insert({ table, values: values as object[], format: 'JSONEachRow', clickhouse_settings })
+    await client.insert({ table, values: values as object[], format: 'JSONEachRow' })
   } catch (err) {
     throw new StoreUnavailableError(`ClickHouse insert into ${table} failed`, { cause: err })
   }

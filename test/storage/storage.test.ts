@@ -102,16 +102,6 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
     expect(found.get(eventKey(stored))).toMatchObject({ cost_nano: 42, event_type: 'llm_call', timestamp: stored.timestamp })
   })
 
-  it('stores a batch retried with its deduplication token once, in events and in the hourly view', async () => {
-    const id = (n: number) => `00000000-0000-4000-a000-${String(n).padStart(12, '0')}`
-    const batch = [row({ event_id: id(1), at: T, agent_id: 'retried' }), row({ event_id: id(2), at: T, agent_id: 'retried' })]
-    await insertEvents(client, batch, 'batch-token-1')
-    await insertEvents(client, batch, 'batch-token-1') // the retry of an ambiguous failure
-    await insertEvents(client, [row({ event_id: id(3), at: T, agent_id: 'retried' })], 'batch-token-2')
-    expect(await agentTotals(client, 'u', T, 'retried')).toEqual([{ agent_id: 'retried', cost_nano: 300, llm_calls: 3 }])
-    expect((await hourlyCost(client, 'u', 'retried', T - 3_600_000)).map((h) => h.llm_calls)).toEqual([3])
-  })
-
   it('reads the newest config, even for two writes in one millisecond', async () => {
     const base = { user_id: 'u', agent_id: 'cfg', slack_webhook_url: 'https://hooks.example.com/x', auto_resume: false }
     await upsertConfig(client, { ...base, threshold_nano: 1, updatedAtMs: T })
