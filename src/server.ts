@@ -1,3 +1,4 @@
+import { mkdirSync } from 'node:fs'
 import type { Server } from 'node:http'
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { Redis } from 'ioredis'
@@ -133,6 +134,8 @@ export interface RunningServer {
 export async function startServer(config: Config): Promise<RunningServer> {
   const log = pino({ level: config.logLevel })
   // Before opening the stores: a second server on one DATA_DIR stops here, with a message.
+  // (With a ClickHouse server, DATA_DIR holds only the admin socket: create it too.)
+  mkdirSync(config.dataDir, { recursive: true })
   await claimAdminSocket(adminSocketPath(config.dataDir))
   const services = await openServices(config, { log })
   const app = await buildApp({ ...services, log })

@@ -236,8 +236,8 @@ export function lastLine(text: string): string {
 }
 
 /** `burnrate keys create --user <user> …` on `dataDir`; returns the key and its id, or throws with the output. */
-export async function createKey(dataDir: string, user: string, extra: string[] = []): Promise<{ key: string; keyId: string }> {
-  const r = await runCli(['keys', 'create', '--user', user, ...extra], { DATA_DIR: dataDir })
+export async function createKey(dataDir: string, user: string, extra: string[] = [], env: Record<string, string> = {}): Promise<{ key: string; keyId: string }> {
+  const r = await runCli(['keys', 'create', '--user', user, ...extra], { DATA_DIR: dataDir, ...env })
   const key = lastLine(r.stdout)
   const m = /^br_([0-9a-f]{12})_[A-Za-z0-9_-]{43}$/.exec(key)
   if (r.code !== 0 || !m) throw new Error(`keys create failed (exit ${r.code})\nstdout:\n${r.stdout}\nstderr:\n${r.stderr}`)

@@ -17,6 +17,7 @@ import {
   type EventRow,
 } from '../../src/storage/events.ts'
 import { migrate, readMigrations } from '../../src/storage/migrations.ts'
+import { startClickHouseServer } from '../helpers/clickhouse-server.ts'
 import { dockerAvailable } from '../helpers/docker.ts'
 
 /**
@@ -118,6 +119,20 @@ describe('storage on the in-process engine (chDB)', () => {
       clickhouseDatabase: 'default',
     })
     return { client, close: () => client.close() }
+  })
+})
+
+describe('storage over the ClickHouse HTTP interface (@clickhouse/client without chDB)', () => {
+  storageSuite(async () => {
+    const server = await startClickHouseServer()
+    const client = createClickHouse({ clickhouse: { kind: 'server', url: server.url }, clickhouseDatabase: 'default' })
+    return {
+      client,
+      close: async () => {
+        await client.close()
+        await server.stop()
+      },
+    }
   })
 })
 

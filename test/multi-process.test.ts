@@ -1,0 +1,150 @@
+import { randomUUID } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { startClickHouseServer } from './helpers/clickhouse-server.ts'
+import { api, cleanup, createKey, freshDataDir, nano, startServe, waitFor, withDeadline, type ServerProcess } from './helpers/process.ts'
+import { startReceiver, type Receiver } from './helpers/receiver.ts'
+import { startRedis } from './helpers/redis.ts'
+
+/**
+ * Two real `burnrate serve` processes behind an imaginary load balancer, on one real Redis
+ * and one ClickHouse reached over HTTP (the real engine in a process of its own), as in
+ * production. Issue 4's process-level tests.
+ */
+let clickhouse: Awaited<ReturnType<typeof startClickHouseServer>>
+let redis: Awaited<ReturnType<typeof startRedis>>
+let receiver: Receiver
+let env: Record<string, string>
+let a: ServerProcess
+let b: ServerProcess
+
+beforeAll(async () => {
+  ;[clickhouse, redis, receiver] = await Promise.all([startClickHouseServer(), startRedis(), startReceiver()])
+  env = { CLICKHOUSE_URL: clickhouse.url, REDIS_URL: redis.url, WEBHOOK_ALLOW_PRIVATE: 'true' }
+  a = await startServe(freshDataDir(), env)
+  b = await startServe(freshDataDir(), env) // after a: the schema is in place
+}, 60_000)
+afterAll(async () => {
+  await cleanup()
+  await Promise.all([clickhouse?.stop(), redis?.stop(), receiver?.close()])
+})
+
+/** A key created with the CLI straight against ClickHouse, as an operator would. */
+async function newKey(extra: string[] = []): Promise<string> {
+  return (await createKey(freshDataDir(), `u-${randomUUID().slice(0, 8)}`, extra, { CLICKHOUSE_URL: clickhouse.url })).key
+}
+
+const llmCall = (agent_id: string, extra: Record<string, unknown> = {}) => ({
+  agent_id,
+  event_type: 'llm_call',
+  model: 'gpt-4o',
+  input_tokens: 1000,
+  output_tokens: 500,
+  ...extra,
+})
+const COST = 0.0075
+
+async function stored(server: ServerProcess, key: string, agent: string): Promise<Array<{ event_id: string; cost_usd: number }>> {
+  const res = await api(server.url, 'GET', `/agents/${agent}?limit=1000`, key)
+  expect(res.status).toBe(200)
+  return res.body.events
+}
+
+describe('two burnrate processes, one Redis, one ClickHouse', () => {
+  it('count concurrent events of one agent exactly, pause it once and send one webhook', async () => {
+    const key = await newKey()
+    await api(a.url, 'POST', '/config', key, { agent_id: 'race', cost_threshold_usd: 0.1, slack_webhook_url: `${receiver.url}race` })
+    const replies = await Promise.all(Array.from({ length: 40 }, (_, i) => api(i % 2 ? a.url : b.url, 'POST', '/events', key, llmCall('race'))))
+    expect(replies.map((r) => r.status)).toEqual(Array(40).fill(200))
+    const totals = replies.map((r) => nano(r.body.total_cost_24h)).sort((x, y) => x - y)
+    expect(new Set(totals).size).toBe(40) // no lost update: each event saw its own running total
+    expect(totals.at(-1)).toBe(nano(40 * COST))
+    expect(replies.filter((r) => r.body.paused)).toHaveLength(40 - 13) // 13 * 0.0075 <= 0.1 < 14 * 0.0075
+    // One running → paused transition was decided, by one of the two, and it sent one message.
+    const transitions = await fetch(`${clickhouse.url}/?query=${encodeURIComponent("SELECT reason FROM pause_transitions WHERE agent_id = 'race' FORMAT JSONEachRow")}`)
+    expect((await transitions.text()).trim().split('\n')).toEqual(['{"reason":"budget"}'])
+    await waitFor(() => (receiver.messages.some((m) => m.text.includes('`race`')) ? true : undefined), 10_000, 'the webhook')
+    expect(receiver.messages.filter((m) => m.text.includes('`race`'))).toHaveLength(1)
+    expect(await stored(b, key, 'race')).toHaveLength(40)
+  })
+
+  it('show a pause set through one process on the other', async () => {
+    const key = await newKey()
+    expect((await api(a.url, 'POST', '/config/pause', key, { agent_id: 'p', is_paused: true })).body.is_paused).toBe(true)
+    expect((await api(b.url, 'POST', '/events', key, llmCall('p'))).body.paused).toBe(true)
+    expect((await api(b.url, 'POST', '/config/pause', key, { agent_id: 'p', is_paused: false })).body.is_paused).toBe(false)
+    expect((await api(a.url, 'POST', '/events', key, llmCall('p'))).body.paused).toBe(false)
+  })
+
+  it('share the rate limit: 10 a minute is 10 across both', async () => {
+    const key = await newKey(['--rate-limit', '10'])
+    const statuses: number[] = []
+    for (let i = 0; i < 14; i++) statuses.push((await api(i % 2 ? a.url : b.url, 'POST', '/events', key, llmCall('r'))).status)
+    expect(statuses.slice(0, 10)).toEqual(Array(10).fill(200))
+    expect(statuses.slice(10)).toEqual([429, 429, 429, 429])
+  })
+
+  it('store and count an event sent through both at once a single time', async () => {
+    const key = await newKey()
+    for (let round = 0; round < 5; round++) {
+      const event_id = randomUUID()
+      const replies = await Promise.all([a, b, a, b].map((s) => api(s.url, 'POST', '/events', key, llmCall('dup', { event_id }))))
+      expect(replies.map((r) => r.status)).toEqual([200, 200, 200, 200])
+    }
+    expect(await stored(a, key, 'dup')).toHaveLength(5)
+    const end = await api(b.url, 'POST', '/events', key, { agent_id: 'dup', event_type: 'agent_end' })
+    expect(nano(end.body.total_cost_24h)).toBe(nano(5 * COST))
+  })
+
+  it('lose nothing acknowledged when one is killed under load, and count it all once after its restart', async () => {
+    const key = await newKey(['--rate-limit', '100000'])
+    const events = Array.from({ length: 200 }, () => randomUUID())
+    const acked = new Set<string>()
+    const cut = new Set<string>()
+    let next = 0
+    let killed = false
+    const worker = async (i: number) => {
+      while (next < events.length) {
+        const id = events[next++]!
+        const target = i % 2 ? a : b
+        try {
+          const res = await api(target.url, 'POST', '/events', key, llmCall('k', { event_id: id }))
+          if (res.status === 200) acked.add(id)
+          else cut.add(id)
+        } catch {
+          cut.add(id)
+        }
+        if (!killed && acked.size >= 80) {
+          killed = true
+          a.kill('SIGKILL')
+        }
+      }
+    }
+    await withDeadline(Promise.all(Array.from({ length: 10 }, (_, i) => worker(i))), 60_000, 'load did not finish')
+    expect(killed).toBe(true)
+    a = await startServe(freshDataDir(), env)
+    // The cut-off requests are retried with their event ids, as client libraries do.
+    for (const id of cut) {
+      await waitFor(async () => ((await api(a.url, 'POST', '/events', key, llmCall('k', { event_id: id }))).status === 200 ? true : undefined), 15_000, `retry of ${id}`)
+    }
+    const rows = await stored(b, key, 'k')
+    const ids = rows.map((r) => r.event_id)
+    expect(new Set(ids).size).toBe(ids.length) // nothing stored twice
+    expect(new Set(ids)).toEqual(new Set(events)) // every event, acknowledged first time or on retry
+    const end = await api(a.url, 'POST', '/events', key, { agent_id: 'k', event_type: 'agent_end' })
+    expect(nano(end.body.total_cost_24h)).toBe(nano(200 * COST))
+  })
+
+  it('rebuild totals from ClickHouse when Redis is flushed under load, counting each event once', async () => {
+    const key = await newKey(['--rate-limit', '100000'])
+    const send = (i: number) => api(i % 2 ? a.url : b.url, 'POST', '/events', key, llmCall('f'))
+    const first = await Promise.all(Array.from({ length: 30 }, (_, i) => send(i)))
+    const flushed = redis.redis.flushall()
+    const during = await Promise.all(Array.from({ length: 30 }, (_, i) => send(i)))
+    await flushed
+    const ok = [...first, ...during].filter((r) => r.status === 200).length
+    const rows = await stored(a, key, 'f')
+    expect(rows.length).toBeGreaterThanOrEqual(ok)
+    const end = await api(b.url, 'POST', '/events', key, { agent_id: 'f', event_type: 'agent_end' })
+    expect(nano(end.body.total_cost_24h)).toBe(nano(rows.length * COST))
+  })
+})
