@@ -134,7 +134,7 @@ export class IngestService {
       this.#uncertain.add(key)
       throw err
     }
-    return { eventId, costNano: priced.costNano, paused: result.paused, totalNano: result.totalNano, duplicate: !result.counted }
+    return { eventId, costNano: row.cost_nano, paused: result.paused, totalNano: result.totalNano, duplicate: !result.counted }
   }
 
   /**
@@ -167,7 +167,8 @@ export class IngestService {
     for (const item of takeovers) {
       const row = stored.get(eventKey(item.row))
       if (row) {
-        item.row = row
+        // In place: the request answers with the stored cost and counts the stored minute.
+        Object.assign(item.row, row)
         item.at = chDateTimeToMs(row.timestamp)
       }
     }
