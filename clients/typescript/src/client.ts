@@ -1,0 +1,308 @@
+import { BurnrateError } from './errors.js'
+import { buildEventBody, checkAgentId, checkTokens } from './event.js'
+import { isObject, requestJson, sleep } from './http.js'
+import type { FetchLike, JsonRequest, RetryPolicy } from './http.js'
+import type { BurnrateEvent, EventExtras, EventResponse, FailMode, LlmUsage, Metadata } from './types.js'
+import { fromAnthropic as anthropicEvent, fromOpenAIChat as openAIChatEvent, fromOpenAIResponses as openAIResponsesEvent, withExtras } from './usage.js'
+import type { AnthropicUsage, OpenAIChatUsage, OpenAIResponsesUsage } from './usage.js'
+
+export interface BurnrateOptions {
+  /** Where burnrate listens, e.g. "http://burnrate.internal:8080" (a path prefix is kept). */
+  baseUrl: string
+  /** An API key from `burnrate keys create`. */
+  apiKey: string
+  /** The agent this client reports for (1–128 characters). */
+  agentId: string
+  /** Daily budget in USD, set with POST /config before the first event. */
+  costThresholdUsd?: number
+  /** Slack-compatible incoming webhook told when the budget pauses the agent (sent with POST /config). */
+  slackWebhookUrl?: string
+  /** Per attempt, until the whole answer is read. Default 10 000. */
+  timeoutMs?: number
+  /** Retries after the first attempt, for network errors, timeouts, 429 and 5xx. Default 3. */
+  maxRetries?: number
+  /** What send() returns when burnrate cannot be reached: "open" (true, default) or "closed" (false). */
+  failMode?: FailMode
+  /** Told about every failed request (after its retries). Default: console.warn. */
+  onError?: (error: BurnrateError) => void
+  /** Backoff base: retry n waits between half and all of base * 2^n. Default 500. */
+  retryBaseDelayMs?: number
+  /** Cap of any wait between attempts, Retry-After included. Default 30 000. */
+  maxRetryDelayMs?: number
+  /** A fetch implementation; default the global fetch. */
+  fetch?: FetchLike
+}
+
+export interface RefreshOptions {
+  signal?: AbortSignal
+}
+
+export interface WaitOptions {
+  /** Time between two checks. Default 5000. */
+  pollIntervalMs?: number
+  /** Give up (resolve false) after this long; default: wait until resumed or aborted. */
+  timeoutMs?: number
+  /** Aborting it ends the wait at once (resolves false). */
+  signal?: AbortSignal
+}
+
+const DEFAULTS = { timeoutMs: 10_000, maxRetries: 3, retryBaseDelayMs: 500, maxRetryDelayMs: 30_000 }
+
+function positive(v: number | undefined, name: string, fallback: number, allowZero = false): number {
+  if (v === undefined) return fallback
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0 || (!allowZero && v === 0)) {
+    throw new TypeError(`burnrate: ${name} must be a ${allowZero ? 'non-negative' : 'positive'} number`)
+  }
+  return v
+}
+
+/**
+ * The burnrate client of one agent. send() posts one event and tells whether the agent may
+ * go on; once burnrate answers paused = true, send() returns false without sending anything
+ * until refresh() or waitUntilResumed() sees the agent resumed.
+ *
+ * Network and server failures never throw: they go to `onError` (or console.warn) and
+ * send() returns per the fail mode. Invalid arguments (a programming error) do throw a
+ * TypeError: the constructor synchronously, send() and the helpers by rejecting.
+ */
+export class Burnrate {
+  private readonly base: string
+  private readonly apiKey: string
+  private readonly agent: string
+  private readonly failMode: FailMode
+  private readonly onError: ((error: BurnrateError) => void) | undefined
+  private readonly policy: RetryPolicy
+  private readonly fetchFn: FetchLike
+  /** The POST /config body, until it has been accepted once; null when there is nothing to configure. */
+  private pendingConfig: Record<string, unknown> | null
+  private configuring: Promise<boolean> | undefined
+  private isPaused = false
+  private last: EventResponse | undefined
+
+  constructor(options: BurnrateOptions) {
+    if (typeof options !== 'object' || options === null) throw new TypeError('burnrate: new Burnrate(options) needs an options object')
+    if (typeof options.baseUrl !== 'string' || !/^https?:\/\/[^/]/i.test(options.baseUrl)) {
+      throw new TypeError('burnrate: baseUrl must be an http(s) URL')
+    }
+    if (typeof options.apiKey !== 'string' || options.apiKey === '') throw new TypeError('burnrate: apiKey must be a non-empty string')
+    this.base = options.baseUrl.replace(/\/+$/, '')
+    this.apiKey = options.apiKey
+    this.agent = checkAgentId(options.agentId)
+    const failMode = options.failMode ?? 'open'
+    if (failMode !== 'open' && failMode !== 'closed') throw new TypeError('burnrate: failMode must be "open" or "closed"')
+    this.failMode = failMode
+    if (options.onError !== undefined && typeof options.onError !== 'function') throw new TypeError('burnrate: onError must be a function')
+    this.onError = options.onError
+    const maxRetries = positive(options.maxRetries, 'maxRetries', DEFAULTS.maxRetries, true)
+    if (!Number.isInteger(maxRetries)) throw new TypeError('burnrate: maxRetries must be an integer')
+    this.policy = {
+      timeoutMs: positive(options.timeoutMs, 'timeoutMs', DEFAULTS.timeoutMs),
+      maxRetries,
+      baseDelayMs: positive(options.retryBaseDelayMs, 'retryBaseDelayMs', DEFAULTS.retryBaseDelayMs, true),
+      maxDelayMs: positive(options.maxRetryDelayMs, 'maxRetryDelayMs', DEFAULTS.maxRetryDelayMs, true),
+    }
+    const f = options.fetch ?? (typeof fetch === 'function' ? fetch : undefined)
+    if (typeof f !== 'function') throw new TypeError('burnrate: no global fetch in this runtime; pass options.fetch')
+    // Called unbound: a browser's fetch refuses a `this` that is not the window.
+    this.fetchFn = (input, init) => f(input, init)
+
+    const config: Record<string, unknown> = {}
+    if (options.costThresholdUsd !== undefined) {
+      const t = options.costThresholdUsd
+      if (typeof t !== 'number' || !Number.isFinite(t) || t < 0 || t > 1_000_000) {
+        throw new TypeError('burnrate: costThresholdUsd must be a number from 0 to 1000000')
+      }
+      config.cost_threshold_usd = t
+    }
+    if (options.slackWebhookUrl !== undefined) {
+      if (typeof options.slackWebhookUrl !== 'string' || options.slackWebhookUrl.length > 2048) {
+        throw new TypeError('burnrate: slackWebhookUrl must be a URL of at most 2048 characters')
+      }
+      config.slack_webhook_url = options.slackWebhookUrl
+    }
+    this.pendingConfig = Object.keys(config).length > 0 ? { agent_id: this.agent, ...config } : null
+  }
+
+  /** The agent this client reports for. */
+  get agentId(): string {
+    return this.agent
+  }
+
+  /** True once burnrate said the agent is paused; false again after refresh() sees it resumed. */
+  get paused(): boolean {
+    return this.isPaused
+  }
+
+  /** The last answer to POST /events (cost, 24 h total, duplicate), if any. */
+  get lastResponse(): EventResponse | undefined {
+    return this.last
+  }
+
+  /**
+   * Posts one event (SPEC.md 2.2 fields without agent_id). Resolves true while the agent
+   * may go on, false once it is paused (then nothing more is sent) or, with failMode
+   * "closed", when burnrate could not be reached. Rejects only with a TypeError for an
+   * invalid event.
+   */
+  async send(event: BurnrateEvent): Promise<boolean> {
+    const body = buildEventBody(this.agent, event)
+    if (this.isPaused) return false
+    const configured = await this.configure()
+    if (this.isPaused) return false
+    let delivered = false
+    try {
+      const answer = await this.request({ operation: 'event', method: 'POST', url: `${this.base}/events`, body, eventId: body.event_id })
+      const r = answer.body
+      if (!isObject(r) || typeof r.paused !== 'boolean') {
+        throw new BurnrateError('burnrate POST /events: the answer has no paused flag', { operation: 'event', code: 'invalid_response', status: answer.status, retryable: false, eventId: body.event_id })
+      }
+      this.last = r as unknown as EventResponse
+      if (r.paused) this.isPaused = true
+      delivered = true
+    } catch (err) {
+      this.report(err)
+    }
+    if (this.isPaused) return false
+    if (!delivered || !configured) return this.failMode === 'open'
+    return true
+  }
+
+  /** An llm_call event: model and token counts (cache counts are parts of inputTokens). */
+  llmCall(model: string, usage: LlmUsage, extras?: EventExtras): Promise<boolean> {
+    return this.later(() => {
+      if (typeof usage !== 'object' || usage === null) throw new TypeError('burnrate: llmCall needs { inputTokens, outputTokens }')
+      const event: BurnrateEvent = {
+        event_type: 'llm_call',
+        model,
+        input_tokens: checkTokens(usage.inputTokens, 'inputTokens'),
+        output_tokens: checkTokens(usage.outputTokens, 'outputTokens'),
+      }
+      if (usage.cacheReadTokens !== undefined) event.cache_read_tokens = usage.cacheReadTokens
+      if (usage.cacheWriteTokens !== undefined) event.cache_write_tokens = usage.cacheWriteTokens
+      return withExtras(event, extras)
+    })
+  }
+
+  /** A tool_call event. */
+  toolCall(toolName: string, metadata?: Metadata, extras?: Pick<EventExtras, 'eventId'>): Promise<boolean> {
+    return this.later(() => withExtras({ event_type: 'tool_call', tool_name: toolName }, { ...extras, metadata }))
+  }
+
+  /** An agent_start event. */
+  start(metadata?: Metadata, extras?: Pick<EventExtras, 'eventId'>): Promise<boolean> {
+    return this.later(() => withExtras({ event_type: 'agent_start' }, { ...extras, metadata }))
+  }
+
+  /** An agent_end event. */
+  end(metadata?: Metadata, extras?: Pick<EventExtras, 'eventId'>): Promise<boolean> {
+    return this.later(() => withExtras({ event_type: 'agent_end' }, { ...extras, metadata }))
+  }
+
+  /** Sends the llm_call of an OpenAI Chat Completions `usage` (see the exported fromOpenAIChat). */
+  fromOpenAIChat(model: string, usage: OpenAIChatUsage, extras?: EventExtras): Promise<boolean> {
+    return this.later(() => openAIChatEvent(model, usage, extras))
+  }
+
+  /** Sends the llm_call of an OpenAI Responses API `usage` (see the exported fromOpenAIResponses). */
+  fromOpenAIResponses(model: string, usage: OpenAIResponsesUsage, extras?: EventExtras): Promise<boolean> {
+    return this.later(() => openAIResponsesEvent(model, usage, extras))
+  }
+
+  /** Sends the llm_call of an Anthropic Messages `usage` (see the exported fromAnthropic). */
+  fromAnthropic(model: string, usage: AnthropicUsage, extras?: EventExtras): Promise<boolean> {
+    return this.later(() => anthropicEvent(model, usage, extras))
+  }
+
+  /**
+   * Asks burnrate whether the agent is paused (GET /agents/{agentId}; an agent burnrate
+   * does not know yet is not paused) and updates `paused`. Resolves to the new `paused`.
+   * On a failure `paused` stays as it was and the error goes to onError.
+   */
+  async refresh(options: RefreshOptions = {}): Promise<boolean> {
+    try {
+      const answer = await this.request({
+        operation: 'refresh',
+        method: 'GET',
+        url: `${this.base}/agents/${encodeURIComponent(this.agent)}`,
+        // 404 agent_not_found: no events and no config yet. Any other 404 (a wrong baseUrl) is a failure.
+        accept: (status, body) => status === 404 && isObject(body) && body.code === 'agent_not_found',
+        signal: options.signal,
+      })
+      if (answer.status === 404) {
+        this.isPaused = false
+      } else if (isObject(answer.body) && typeof answer.body.is_paused === 'boolean') {
+        this.isPaused = answer.body.is_paused
+      } else {
+        throw new BurnrateError('burnrate GET /agents/{agent_id}: the answer has no is_paused flag', { operation: 'refresh', code: 'invalid_response', status: answer.status, retryable: false })
+      }
+    } catch (err) {
+      if (!(err instanceof BurnrateError && err.code === 'aborted')) this.report(err)
+    }
+    return this.isPaused
+  }
+
+  /**
+   * Polls refresh() until the agent runs again (resolves true), `timeoutMs` passes or
+   * `signal` aborts (resolves false). Checks at once, then every `pollIntervalMs`.
+   */
+  async waitUntilResumed(options: WaitOptions = {}): Promise<boolean> {
+    const poll = positive(options.pollIntervalMs, 'pollIntervalMs', 5000)
+    const timeoutMs = options.timeoutMs === undefined ? undefined : positive(options.timeoutMs, 'timeoutMs', 0, true)
+    // One signal for the whole wait: the caller's, or the deadline, whichever comes first.
+    const stop = new AbortController()
+    const onAbort = () => stop.abort()
+    const outer = options.signal
+    if (outer?.aborted) return false
+    outer?.addEventListener('abort', onAbort, { once: true })
+    const deadline = timeoutMs === undefined ? undefined : setTimeout(onAbort, timeoutMs)
+    try {
+      for (;;) {
+        await this.refresh({ signal: stop.signal })
+        if (!this.isPaused) return true
+        if (stop.signal.aborted || !(await sleep(poll, stop.signal))) return false
+      }
+    } finally {
+      if (deadline !== undefined) clearTimeout(deadline)
+      outer?.removeEventListener('abort', onAbort)
+    }
+  }
+
+  /** Start-up POST /config, once: later sends retry it until it succeeds. Resolves false on failure. */
+  private configure(): Promise<boolean> {
+    const body = this.pendingConfig
+    if (body === null) return Promise.resolve(true)
+    this.configuring ??= (async () => {
+      try {
+        await this.request({ operation: 'config', method: 'POST', url: `${this.base}/config`, body })
+        this.pendingConfig = null
+        return true
+      } catch (err) {
+        this.report(err)
+        return false
+      } finally {
+        this.configuring = undefined
+      }
+    })()
+    return this.configuring
+  }
+
+  private request(req: Omit<JsonRequest, 'apiKey'>) {
+    return requestJson(this.fetchFn, this.policy, { ...req, apiKey: this.apiKey })
+  }
+
+  /** Builds the event (a TypeError becomes a rejection) and sends it. */
+  private async later(build: () => BurnrateEvent): Promise<boolean> {
+    return this.send(build())
+  }
+
+  private report(err: unknown): void {
+    const error =
+      err instanceof BurnrateError ? err : new BurnrateError(`burnrate: ${err instanceof Error ? err.message : String(err)}`, { operation: 'event', code: 'internal_error', retryable: false, cause: err })
+    try {
+      if (this.onError) this.onError(error)
+      else console.warn(`[burnrate] ${error.message}`)
+    } catch {
+      // A failing error handler must not take the agent down either.
+    }
+  }
+}

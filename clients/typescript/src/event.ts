@@ -1,0 +1,89 @@
+import { isUuid, randomUuid } from './id.js'
+import type { BurnrateEvent, EventType, Metadata } from './types.js'
+
+/** The server's value rules (DECISIONS.md), checked before anything is sent. */
+export const MAX_TOKENS = 1_000_000_000
+export const MAX_NAME_LENGTH = 256
+export const MAX_METADATA_BYTES = 16 * 1024
+
+const EVENT_TYPES: readonly EventType[] = ['llm_call', 'tool_call', 'agent_start', 'agent_end']
+const FIELDS = new Set(['event_type', 'model', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'tool_name', 'metadata', 'event_id'])
+
+// eslint-disable-next-line no-control-regex
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
+
+/** The wire body of POST /events. */
+export type EventBody = BurnrateEvent & { agent_id: string; event_id: string }
+
+/** Throws a TypeError unless `id` is a valid agent_id (1–128 characters, no control characters). */
+export function checkAgentId(id: unknown, what = 'agentId'): string {
+  if (typeof id !== 'string' || id.length < 1 || id.length > 128 || CONTROL.test(id)) {
+    throw new TypeError(`burnrate: ${what} must be a string of 1 to 128 characters without control characters`)
+  }
+  return id
+}
+
+/** Throws a TypeError unless `v` is a token count (an integer 0 … 10^9). */
+export function checkTokens(v: unknown, field: string): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 0 || v > MAX_TOKENS) {
+    throw new TypeError(`burnrate: ${field} must be an integer from 0 to ${MAX_TOKENS}, got ${String(v)}`)
+  }
+  return v
+}
+
+function checkName(v: unknown, field: string): string {
+  if (typeof v !== 'string' || v.length < 1 || v.length > MAX_NAME_LENGTH) {
+    throw new TypeError(`burnrate: ${field} must be a string of 1 to ${MAX_NAME_LENGTH} characters`)
+  }
+  return v
+}
+
+function checkMetadata(v: unknown): Metadata {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new TypeError('burnrate: metadata must be a plain object')
+  let json: string
+  try {
+    json = JSON.stringify(v)
+  } catch (err) {
+    throw new TypeError(`burnrate: metadata must be serializable as JSON (${err instanceof Error ? err.message : String(err)})`, { cause: err })
+  }
+  if (new TextEncoder().encode(json).length > MAX_METADATA_BYTES) {
+    throw new TypeError(`burnrate: metadata must be at most ${MAX_METADATA_BYTES} bytes as JSON`)
+  }
+  return v as Metadata
+}
+
+/**
+ * The POST /events body of `event` for `agentId`, with an event_id (the event's own, or a
+ * new random UUID). Throws a TypeError for an event the server would refuse with 400: that
+ * is a programming error, not a monitoring failure.
+ */
+export function buildEventBody(agentId: string, event: BurnrateEvent): EventBody {
+  if (typeof event !== 'object' || event === null || Array.isArray(event)) throw new TypeError('burnrate: an event must be an object')
+  for (const key of Object.keys(event)) {
+    if (key === 'agent_id') throw new TypeError('burnrate: an event has no agent_id: the client sets the agentId it was created with')
+    if (!FIELDS.has(key)) throw new TypeError(`burnrate: unknown event field ${JSON.stringify(key)}`)
+  }
+  const e = event as unknown as Record<string, unknown>
+  if (!EVENT_TYPES.includes(e.event_type as EventType)) {
+    throw new TypeError(`burnrate: event_type must be one of ${EVENT_TYPES.join(', ')}, got ${JSON.stringify(e.event_type)}`)
+  }
+  const body: EventBody = { agent_id: agentId, event_type: e.event_type as EventType, event_id: '' }
+  if (e.model !== undefined) body.model = checkName(e.model, 'model')
+  else if (e.event_type === 'llm_call') throw new TypeError('burnrate: model is required for an llm_call event')
+  if (e.tool_name !== undefined && e.tool_name !== null) body.tool_name = checkName(e.tool_name, 'tool_name')
+  else if (e.event_type === 'tool_call') throw new TypeError('burnrate: tool_name is required for a tool_call event')
+  for (const field of ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const) {
+    if (e[field] !== undefined) body[field] = checkTokens(e[field], field)
+  }
+  if ((body.cache_read_tokens ?? 0) + (body.cache_write_tokens ?? 0) > (body.input_tokens ?? 0)) {
+    throw new TypeError('burnrate: cache_read_tokens + cache_write_tokens are parts of input_tokens and must not exceed it')
+  }
+  if (e.metadata !== undefined) body.metadata = checkMetadata(e.metadata)
+  if (e.event_id !== undefined) {
+    if (typeof e.event_id !== 'string' || !isUuid(e.event_id)) throw new TypeError('burnrate: event_id must be a UUID')
+    body.event_id = e.event_id.toLowerCase()
+  } else {
+    body.event_id = randomUuid()
+  }
+  return body
+}

@@ -1,0 +1,513 @@
+import { randomUUID } from 'node:crypto'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
+import { api, cleanup, createKey, freshDataDir, nano, startServe, waitFor, type ServerProcess } from '../../../test/helpers/process.ts'
+import { startReceiver, type Receiver } from '../../../test/helpers/receiver.ts'
+import { Burnrate, BurnrateError, fromAnthropic, fromOpenAIChat, fromOpenAIResponses, type BurnrateOptions } from '../src/index.ts'
+import { deadPort, startProxy, type Proxy } from './helpers/proxy.ts'
+
+// The TypeScript client against a real `burnrate serve` (embedded chDB, in-memory hot
+// state), started for this file. Where a test needs the network to misbehave, a real
+// HTTP proxy sits between the client and the server; nothing of burnrate is mocked.
+
+// Known prices, so costs are exact: USD per 1M tokens.
+const PRICES = {
+  models: {
+    'gpt-4o': { input: 2.5, output: 10 },
+    'test-openai': { input: 2, output: 8, cache_read: 0.5 },
+    'test-anthropic': { input: 3, output: 15, cache_read: 0.3, cache_write: 3.75 },
+  },
+}
+/** gpt-4o, 1000 in / 500 out: 0.0025 + 0.005 USD. */
+const CALL = { inputTokens: 1000, outputTokens: 500 }
+const CALL_NANO = 7_500_000
+
+const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
+
+let server: ServerProcess
+let key: string
+let receiver: Receiver
+const proxies: Proxy[] = []
+
+beforeAll(async () => {
+  const pricesFile = join(freshDataDir(), 'prices.json')
+  writeFileSync(pricesFile, JSON.stringify(PRICES))
+  const dataDir = freshDataDir()
+  server = await startServe(dataDir, { PRICES_FILE: pricesFile, WEBHOOK_ALLOW_PRIVATE: 'true', CONFIG_RATE_LIMIT: '100000', READS_RATE_LIMIT: '100000' })
+  key = (await createKey(dataDir, 'alice', ['--rate-limit', '100000'])).key
+  receiver = await startReceiver()
+})
+
+afterEach(async () => {
+  for (const p of proxies.splice(0)) await p.close()
+})
+
+afterAll(async () => {
+  await receiver?.close()
+  await cleanup()
+})
+
+function agentName(what: string): string {
+  return `ts-${what}-${randomUUID().slice(0, 8)}`
+}
+
+async function proxy(): Promise<Proxy> {
+  const p = await startProxy(server.url)
+  proxies.push(p)
+  return p
+}
+
+/** A client with fast retries that collects what it reports; `baseUrl` defaults to the server. */
+function make(agentId: string, opts: Partial<BurnrateOptions> = {}): { c: Burnrate; errors: BurnrateError[] } {
+  const errors: BurnrateError[] = []
+  const c = new Burnrate({
+    baseUrl: server.url,
+    apiKey: key,
+    agentId,
+    timeoutMs: 5000,
+    retryBaseDelayMs: 10,
+    maxRetryDelayMs: 2000,
+    onError: (e) => errors.push(e),
+    ...opts,
+  })
+  return { c, errors }
+}
+
+/** GET /agents/{id} straight from the server. */
+async function agent(agentId: string) {
+  return api(server.url, 'GET', `/agents/${encodeURIComponent(agentId)}`, key)
+}
+
+async function setPaused(agentId: string, isPaused: boolean): Promise<void> {
+  const res = await api(server.url, 'POST', '/config/pause', key, { agent_id: agentId, is_paused: isPaused })
+  expect(res).toEqual({ status: 200, body: { ok: true, agent_id: agentId, is_paused: isPaused } })
+}
+
+function eventPosts(p: Proxy) {
+  return p.seen.filter((s) => s.method === 'POST' && s.path === '/events')
+}
+
+describe('start-up config and the pause signal', () => {
+  it('posts the threshold and webhook once, before the first event, even when sends start concurrently', async () => {
+    const id = agentName('config')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url, costThresholdUsd: 0.01, slackWebhookUrl: receiver.url })
+
+    // Nothing is sent at construction: the agent is unknown to the server so far.
+    expect(p.seen).toHaveLength(0)
+    expect((await agent(id)).status).toBe(404)
+
+    expect(await Promise.all([c.start({ run: 1 }), c.toolCall('search'), c.toolCall('fetch', { url: 'https://example.com' })])).toEqual([true, true, true])
+    expect(p.seen.map((s) => `${s.method} ${s.path}`)).toEqual(['POST /config', 'POST /events', 'POST /events', 'POST /events'])
+    expect(p.seen[0]!.body).toEqual({ agent_id: id, cost_threshold_usd: 0.01, slack_webhook_url: receiver.url })
+
+    const read = await agent(id)
+    expect(read.status).toBe(200)
+    expect(read.body.config.cost_threshold_usd).toBe(0.01)
+    expect(read.body.config.slack_webhook_url).toEqual(expect.any(String)) // masked, but set
+    expect(read.body.is_paused).toBe(false)
+    expect(read.body.events).toHaveLength(3)
+
+    expect(await c.end()).toBe(true)
+    expect(p.count('POST /config')).toBe(1)
+    expect(errors).toEqual([])
+  })
+
+  it('send returns true below the budget and false at the crossing, then sends nothing at all', async () => {
+    const id = agentName('cross')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url, costThresholdUsd: 0.01, slackWebhookUrl: receiver.url })
+
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(c.paused).toBe(false)
+    expect(nano(c.lastResponse!.cost_usd)).toBe(CALL_NANO)
+    expect(nano(c.lastResponse!.total_cost_24h)).toBe(CALL_NANO)
+
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(false) // 0.015 > 0.01
+    expect(c.paused).toBe(true)
+    expect(c.lastResponse!.paused).toBe(true)
+    expect(nano(c.lastResponse!.total_cost_24h)).toBe(2 * CALL_NANO)
+
+    const requests = p.seen.length
+    expect(requests).toBe(3) // config + 2 events
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(false)
+    expect(await c.toolCall('search')).toBe(false)
+    expect(await c.send({ event_type: 'agent_end' })).toBe(false)
+    expect(await c.fromAnthropic('test-anthropic', { input_tokens: 10, output_tokens: 10 })).toBe(false)
+    expect(p.seen.length).toBe(requests) // not one request reached the server
+
+    const read = await agent(id)
+    expect(read.body).toMatchObject({ agent_id: id, llm_calls: 2, is_paused: true })
+    expect(nano(read.body.total_cost_usd)).toBe(2 * CALL_NANO)
+    const sentIds = eventPosts(p).map((s) => s.body.event_id as string)
+    expect(sentIds).toHaveLength(2)
+    for (const eid of sentIds) expect(eid).toMatch(UUID_V4)
+    expect(new Set(sentIds).size).toBe(2)
+    expect(read.body.events.map((e: { event_id: string }) => e.event_id).sort()).toEqual([...sentIds].sort())
+
+    // The webhook given at start-up is the one told about the pause.
+    await waitFor(() => (receiver.messages.some((m) => m.text.includes(id)) ? true : undefined), 10_000, 'the pause message')
+    expect(errors).toEqual([])
+  })
+
+  it('after an operator resumes the agent, refresh() sees it and send() reports again', async () => {
+    const id = agentName('resume')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url, costThresholdUsd: 0.01 })
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(false)
+
+    // Still paused on the server: refresh() says so.
+    expect(await c.refresh()).toBe(true)
+    expect(c.paused).toBe(true)
+    expect(p.count('GET /agents/')).toBe(1)
+
+    await setPaused(id, false)
+    // The client learns of it only when it asks; until then it still sends nothing.
+    expect(c.paused).toBe(true)
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(false)
+    expect(eventPosts(p)).toHaveLength(2)
+
+    expect(await c.refresh()).toBe(false)
+    expect(c.paused).toBe(false)
+    // Resumed over budget: the manual resume holds (DECISIONS.md), so the agent runs on.
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    expect((await agent(id)).body).toMatchObject({ llm_calls: 3, is_paused: false })
+
+    // A manual pause reaches the client in the next answer.
+    await setPaused(id, true)
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(false)
+    expect(c.paused).toBe(true)
+    expect((await agent(id)).body).toMatchObject({ llm_calls: 4, is_paused: true })
+    expect(errors).toEqual([])
+  })
+
+  it('refresh(): an agent the server does not know is not paused; a 404 of a wrong baseUrl is an error', async () => {
+    const p = await proxy()
+    const { c, errors } = make(agentName('unknown'), { baseUrl: p.url })
+    expect(await c.refresh()).toBe(false)
+    expect(p.seen.map((s) => s.status)).toEqual([404])
+    expect(errors).toEqual([])
+
+    const wrong = make(agentName('wrong'), { baseUrl: `${server.url}/burnrate` })
+    expect(await wrong.c.refresh()).toBe(false)
+    expect(wrong.errors).toHaveLength(1)
+    expect(wrong.errors[0]).toMatchObject({ operation: 'refresh', status: 404, code: 'not_found', retryable: false, attempts: 1 })
+  })
+
+  it('waitUntilResumed() polls until an operator resumes the agent', async () => {
+    const id = agentName('wait')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url })
+    expect(await c.start()).toBe(true)
+    await setPaused(id, true)
+    expect(await c.refresh()).toBe(true)
+
+    const started = Date.now()
+    const waiting = c.waitUntilResumed({ pollIntervalMs: 50, timeoutMs: 15_000 })
+    await waitFor(() => (p.count('GET /agents/') >= 4 ? true : undefined), 5000, 'a few polls')
+    expect(c.paused).toBe(true)
+    await setPaused(id, false)
+    expect(await waiting).toBe(true)
+    expect(Date.now() - started).toBeLessThan(10_000)
+    expect(c.paused).toBe(false)
+    expect(await c.end()).toBe(true)
+    expect(errors).toEqual([])
+  })
+
+  it('waitUntilResumed() resolves false at its timeout and when its signal aborts', async () => {
+    const id = agentName('giveup')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url })
+    expect(await c.start()).toBe(true)
+    await setPaused(id, true)
+
+    let t0 = Date.now()
+    expect(await c.waitUntilResumed({ pollIntervalMs: 50, timeoutMs: 300 })).toBe(false)
+    let took = Date.now() - t0
+    expect(took).toBeGreaterThanOrEqual(280)
+    expect(took).toBeLessThan(3000)
+    expect(c.paused).toBe(true)
+
+    const ac = new AbortController()
+    setTimeout(() => ac.abort(), 100)
+    t0 = Date.now()
+    expect(await c.waitUntilResumed({ pollIntervalMs: 60_000, signal: ac.signal })).toBe(false)
+    took = Date.now() - t0
+    expect(took).toBeLessThan(3000)
+
+    const before = p.seen.length
+    expect(await c.waitUntilResumed({ signal: AbortSignal.abort() })).toBe(false)
+    expect(p.seen.length).toBe(before)
+    expect(errors).toEqual([])
+  })
+})
+
+describe('retries and idempotency', () => {
+  it('a retry after a cut connection carries the same event_id and the server counts the event once', async () => {
+    const id = agentName('cut')
+    const p = await proxy()
+    p.on('POST /events', { kind: 'cut' }) // the server stores it, the client never hears back
+    const { c, errors } = make(id, { baseUrl: p.url })
+
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    const posts = eventPosts(p)
+    expect(posts.map((s) => s.action)).toEqual(['cut', 'forward'])
+    expect(posts[1]!.body.event_id).toBe(posts[0]!.body.event_id)
+    expect(posts[0]!.status).toBeUndefined()
+    expect(posts[1]!.status).toBe(200)
+    expect(c.lastResponse).toMatchObject({ event_id: posts[0]!.body.event_id, duplicate: true, paused: false })
+    expect(nano(c.lastResponse!.cost_usd)).toBe(CALL_NANO)
+    expect(nano(c.lastResponse!.total_cost_24h)).toBe(CALL_NANO)
+
+    const read = await agent(id)
+    expect(read.body.llm_calls).toBe(1)
+    expect(nano(read.body.total_cost_usd)).toBe(CALL_NANO)
+    expect(read.body.events.map((e: { event_id: string }) => e.event_id)).toEqual([posts[0]!.body.event_id])
+    expect(errors).toEqual([])
+  })
+
+  it('a retry after a timeout is just as safe', async () => {
+    const id = agentName('timeout')
+    const p = await proxy()
+    p.on('POST /events', { kind: 'delay', ms: 2000 }) // stored at once, answered too late
+    const { c, errors } = make(id, { baseUrl: p.url, timeoutMs: 400 })
+
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    const posts = eventPosts(p)
+    expect(posts).toHaveLength(2)
+    expect(posts[1]!.body.event_id).toBe(posts[0]!.body.event_id)
+    expect(c.lastResponse!.duplicate).toBe(true)
+    expect((await agent(id)).body.llm_calls).toBe(1)
+    expect(errors).toEqual([])
+  })
+
+  it('429 waits for Retry-After, then the event goes through', async () => {
+    const id = agentName('429')
+    const p = await proxy()
+    p.on('POST /events', { kind: 'reply', status: 429, headers: { 'retry-after': '1' }, body: { type: 'about:blank', title: 'Too Many Requests', status: 429, code: 'rate_limited', detail: 'slow down' } })
+    const { c, errors } = make(id, { baseUrl: p.url })
+
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    const posts = eventPosts(p)
+    expect(posts.map((s) => s.status)).toEqual([429, 200])
+    expect(posts[1]!.body.event_id).toBe(posts[0]!.body.event_id)
+    const gap = posts[1]!.at - posts[0]!.at
+    expect(gap).toBeGreaterThanOrEqual(900)
+    expect(gap).toBeLessThan(5000)
+    expect((await agent(id)).body.llm_calls).toBe(1)
+    expect(errors).toEqual([])
+  })
+
+  it('a Retry-After longer than maxRetryDelayMs is capped', async () => {
+    const p = await proxy()
+    p.on('POST /events', { kind: 'reply', status: 429, headers: { 'retry-after': '120' }, body: { status: 429, code: 'rate_limited' } })
+    const { c, errors } = make(agentName('cap'), { baseUrl: p.url, maxRetryDelayMs: 200 })
+    const t0 = Date.now()
+    expect(await c.start()).toBe(true)
+    expect(Date.now() - t0).toBeLessThan(5000) // not the 120 s asked for
+    expect(eventPosts(p).map((s) => s.status)).toEqual([429, 200])
+    expect(errors).toEqual([])
+  })
+
+  it('5xx is retried with backoff; the retries are bounded by maxRetries', async () => {
+    const p = await proxy()
+    p.on('POST /events', { kind: 'reply', status: 503, body: { status: 503, code: 'store_unavailable' } })
+    p.on('POST /events', { kind: 'reply', status: 500, body: { status: 500, code: 'internal' } })
+    const ok = make(agentName('5xx'), { baseUrl: p.url })
+    expect(await ok.c.start()).toBe(true)
+    const posts = eventPosts(p)
+    expect(posts.map((s) => s.status)).toEqual([503, 500, 200])
+    expect(new Set(posts.map((s) => s.body.event_id)).size).toBe(1)
+    expect(ok.errors).toEqual([])
+
+    // Always 503: 1 + maxRetries attempts, then one report; the fail mode decides the answer.
+    const down = await proxy()
+    down.on('POST /events', { kind: 'reply', status: 503, headers: { 'retry-after': '0' }, body: { status: 503, code: 'store_unavailable', detail: 'ClickHouse is down' } }, 100)
+    const open = make(agentName('5xx-open'), { baseUrl: down.url, maxRetries: 2 })
+    expect(await open.c.start()).toBe(true)
+    expect(down.count('POST /events')).toBe(3)
+    expect(open.errors).toHaveLength(1)
+    const err = open.errors[0]!
+    expect(err).toBeInstanceOf(BurnrateError)
+    expect(err).toMatchObject({ operation: 'event', status: 503, code: 'store_unavailable', retryable: true, attempts: 3, eventId: down.seen[0]!.body.event_id })
+    expect(err.message).toContain('ClickHouse is down')
+
+    const closed = make(agentName('5xx-closed'), { baseUrl: down.url, maxRetries: 0, failMode: 'closed' })
+    expect(await closed.c.start()).toBe(false)
+    expect(down.count('POST /events')).toBe(4)
+    expect(closed.errors).toHaveLength(1)
+  })
+
+  it('4xx other than 429 is final: a wrong key is tried once', async () => {
+    const p = await proxy()
+    const badKey = `br_000000000000_${'x'.repeat(43)}`
+    const open = make(agentName('401'), { baseUrl: p.url, apiKey: badKey })
+    expect(await open.c.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(p.seen.map((s) => s.status)).toEqual([401])
+    expect(open.errors).toHaveLength(1)
+    expect(open.errors[0]).toMatchObject({ operation: 'event', status: 401, code: 'unauthorized', retryable: false, attempts: 1 })
+    expect(open.errors[0]!.problem).toMatchObject({ status: 401, code: 'unauthorized' })
+
+    const closed = make(agentName('401'), { baseUrl: p.url, apiKey: badKey, failMode: 'closed' })
+    expect(await closed.c.llmCall('gpt-4o', CALL)).toBe(false)
+    expect(p.seen).toHaveLength(2)
+  })
+
+  it('a failed start-up config is reported, the event still recorded, and the config retried on the next send', async () => {
+    const id = agentName('config-retry')
+    const p = await proxy()
+    p.on('POST /config', { kind: 'reply', status: 503, body: { status: 503, code: 'store_unavailable' } })
+    const { c, errors } = make(id, { baseUrl: p.url, costThresholdUsd: 5, maxRetries: 0 })
+
+    expect(await c.start()).toBe(true) // fail-open
+    expect(errors.map((e) => [e.operation, e.status])).toEqual([['config', 503]])
+    expect(p.seen.map((s) => `${s.method} ${s.path} ${s.status}`)).toEqual(['POST /config 503', 'POST /events 200'])
+    expect((await agent(id)).body.config).toBeNull()
+
+    expect(await c.toolCall('search')).toBe(true)
+    expect(p.seen.map((s) => `${s.method} ${s.path} ${s.status}`).slice(2)).toEqual(['POST /config 200', 'POST /events 200'])
+    expect((await agent(id)).body.config.cost_threshold_usd).toBe(5)
+
+    expect(await c.end()).toBe(true)
+    expect(p.count('POST /config')).toBe(2)
+    expect(errors).toHaveLength(1)
+
+    // Fail-closed: the send whose config failed says stop (its event is still recorded).
+    const id2 = agentName('config-closed')
+    p.on('POST /config', { kind: 'reply', status: 503, body: { status: 503, code: 'store_unavailable' } })
+    const closed = make(id2, { baseUrl: p.url, costThresholdUsd: 5, maxRetries: 0, failMode: 'closed' })
+    expect(await closed.c.start()).toBe(false)
+    expect((await agent(id2)).body.events).toHaveLength(1)
+    expect(await closed.c.end()).toBe(true)
+    expect((await agent(id2)).body.config.cost_threshold_usd).toBe(5)
+  })
+})
+
+describe('fail modes on a dead server', () => {
+  it('fail-open: every call resolves true, onError gets Errors, nothing is thrown', async () => {
+    const port = await deadPort()
+    const { c, errors } = make(agentName('dead-open'), { baseUrl: `http://127.0.0.1:${port}`, maxRetries: 1, costThresholdUsd: 1 })
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(await c.toolCall('search')).toBe(true)
+    expect(await c.fromOpenAIChat('gpt-4o', { prompt_tokens: 10, completion_tokens: 5 })).toBe(true)
+    expect(c.paused).toBe(false)
+    // Each send: the start-up config (retried on every send until it succeeds), then the event.
+    expect(errors.map((e) => e.operation)).toEqual(['config', 'event', 'config', 'event', 'config', 'event'])
+    for (const e of errors) {
+      expect(e).toBeInstanceOf(Error)
+      expect(e).toMatchObject({ code: 'network_error', status: undefined, retryable: true, attempts: 2 })
+    }
+    expect(await c.refresh()).toBe(false)
+    expect(errors.at(-1)).toMatchObject({ operation: 'refresh', code: 'network_error' })
+  })
+
+  it('fail-closed: every call resolves false, still without throwing', async () => {
+    const port = await deadPort()
+    const { c, errors } = make(agentName('dead-closed'), { baseUrl: `http://127.0.0.1:${port}`, maxRetries: 0, failMode: 'closed' })
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(false)
+    expect(await c.start()).toBe(false)
+    expect(c.paused).toBe(false) // not paused: unreachable
+    expect(errors).toHaveLength(2)
+    for (const e of errors) expect(e).toBeInstanceOf(BurnrateError)
+  })
+
+  it('without onError the failure goes to console.warn; an onError that throws is contained', async () => {
+    const port = await deadPort()
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => {})
+    try {
+      const c = new Burnrate({ baseUrl: `http://127.0.0.1:${port}`, apiKey: key, agentId: agentName('warn'), maxRetries: 0 })
+      expect(await c.start()).toBe(true)
+      expect(warn).toHaveBeenCalledTimes(1)
+      expect(String(warn.mock.calls[0]![0])).toMatch(/^\[burnrate\] burnrate POST \/events: /)
+    } finally {
+      warn.mockRestore()
+    }
+    const c = new Burnrate({
+      baseUrl: `http://127.0.0.1:${port}`,
+      apiKey: key,
+      agentId: agentName('throwing'),
+      maxRetries: 0,
+      onError: () => {
+        throw new Error('a broken handler')
+      },
+    })
+    expect(await c.start()).toBe(true)
+  })
+
+  it('a server that does not answer in time is a timeout, retried, then reported', async () => {
+    const p = await proxy()
+    p.on('POST /events', { kind: 'delay', ms: 3000 }, 2)
+    const { c, errors } = make(agentName('slow'), { baseUrl: p.url, timeoutMs: 200, maxRetries: 1 })
+    const t0 = Date.now()
+    expect(await c.start()).toBe(true)
+    expect(Date.now() - t0).toBeLessThan(2500) // two 200 ms attempts, not the proxy's 3 s
+    expect(errors).toHaveLength(1)
+    expect(errors[0]).toMatchObject({ code: 'timeout', retryable: true, attempts: 2 })
+  })
+})
+
+describe('usage helpers on SDK-shaped usage objects, priced by the server', () => {
+  it('OpenAI Chat Completions, OpenAI Responses and Anthropic report input, output and cache tokens right', async () => {
+    const id = agentName('usage')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url })
+
+    // ChatCompletion.usage: prompt_tokens includes the cached ones.
+    const chatUsage = {
+      prompt_tokens: 1000,
+      completion_tokens: 200,
+      total_tokens: 1200,
+      prompt_tokens_details: { cached_tokens: 600, audio_tokens: 0 },
+      completion_tokens_details: { reasoning_tokens: 64, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
+    }
+    // Response.usage (Responses API).
+    const responsesUsage = {
+      input_tokens: 1000,
+      input_tokens_details: { cached_tokens: 400 },
+      output_tokens: 300,
+      output_tokens_details: { reasoning_tokens: 128 },
+      total_tokens: 1300,
+    }
+    // Message.usage (Anthropic): input_tokens excludes the cache.
+    const anthropicUsage = {
+      input_tokens: 100,
+      cache_creation_input_tokens: 200,
+      cache_read_input_tokens: 700,
+      cache_creation: { ephemeral_5m_input_tokens: 200, ephemeral_1h_input_tokens: 0 },
+      output_tokens: 50,
+      server_tool_use: null,
+      service_tier: 'standard',
+    }
+
+    const expected = [
+      // 400 × 2 + 600 × 0.5 + 200 × 8 (USD per 1M) = 0.0027 USD
+      { send: () => c.fromOpenAIChat('test-openai', chatUsage), event: fromOpenAIChat('test-openai', chatUsage), tokens: { input_tokens: 1000, output_tokens: 200, cache_read_tokens: 600 }, nano: 2_700_000 },
+      // 600 × 2 + 400 × 0.5 + 300 × 8 = 0.0038 USD
+      { send: () => c.fromOpenAIResponses('test-openai', responsesUsage), event: fromOpenAIResponses('test-openai', responsesUsage), tokens: { input_tokens: 1000, output_tokens: 300, cache_read_tokens: 400 }, nano: 3_800_000 },
+      // 100 × 3 + 700 × 0.3 + 200 × 3.75 + 50 × 15 = 0.00201 USD
+      { send: () => c.fromAnthropic('test-anthropic', anthropicUsage), event: fromAnthropic('test-anthropic', anthropicUsage), tokens: { input_tokens: 1000, output_tokens: 50, cache_read_tokens: 700, cache_write_tokens: 200 }, nano: 2_010_000 },
+    ]
+    for (const x of expected) {
+      expect(x.event).toEqual({ event_type: 'llm_call', model: x.event.model, ...x.tokens })
+      expect(await x.send()).toBe(true)
+      expect(nano(c.lastResponse!.cost_usd)).toBe(x.nano)
+      const sent = eventPosts(p).at(-1)!.body
+      expect(sent).toEqual({ ...x.event, agent_id: id, event_id: expect.stringMatching(UUID_V4) })
+    }
+
+    const NO_CACHE = { cache_read_tokens: 0, cache_write_tokens: 0 }
+    const read = await agent(id)
+    expect(read.body.llm_calls).toBe(3)
+    expect(nano(read.body.total_cost_usd)).toBe(2_700_000 + 3_800_000 + 2_010_000)
+    const stored = new Map(read.body.events.map((e: { event_id: string }) => [e.event_id, e]))
+    const posts = eventPosts(p)
+    expected.forEach((x, i) => {
+      const e = stored.get(posts[i]!.body.event_id)
+      expect(e).toMatchObject({ event_type: 'llm_call', ...NO_CACHE, ...x.tokens })
+      expect(nano((e as { cost_usd: number }).cost_usd)).toBe(x.nano)
+    })
+    expect(errors).toEqual([])
+  })
+})

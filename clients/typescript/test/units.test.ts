@@ -1,0 +1,180 @@
+import { afterEach, describe, expect, it, vi } from 'vitest'
+import { Burnrate, fromAnthropic, fromOpenAIChat, fromOpenAIResponses, type BurnrateEvent } from '../src/index.ts'
+import { parseRetryAfter, backoffDelay } from '../src/http.ts'
+import { randomUuid } from '../src/id.ts'
+
+// The parts of the client that need no server: usage conversion, argument checks, ids,
+// Retry-After. The behaviour against a server is in client.test.ts.
+
+const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
+
+afterEach(() => {
+  vi.unstubAllGlobals()
+})
+
+describe('usage converters', () => {
+  it('OpenAI Chat Completions: prompt_tokens already includes the cached tokens', () => {
+    expect(fromOpenAIChat('gpt-4o', { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500, prompt_tokens_details: { cached_tokens: 1024, audio_tokens: 0 } })).toEqual({
+      event_type: 'llm_call',
+      model: 'gpt-4o',
+      input_tokens: 1200,
+      output_tokens: 300,
+      cache_read_tokens: 1024,
+    })
+    // Older responses and other OpenAI-compatible servers leave the details out or null.
+    expect(fromOpenAIChat('gpt-4o', { prompt_tokens: 10, completion_tokens: 2 })).toEqual({ event_type: 'llm_call', model: 'gpt-4o', input_tokens: 10, output_tokens: 2 })
+    expect(fromOpenAIChat('gpt-4o', { prompt_tokens: 10, completion_tokens: 2, prompt_tokens_details: null })).toEqual({ event_type: 'llm_call', model: 'gpt-4o', input_tokens: 10, output_tokens: 2 })
+  })
+
+  it('OpenAI Responses: input_tokens includes input_tokens_details.cached_tokens', () => {
+    expect(fromOpenAIResponses('o4-mini', { input_tokens: 5000, input_tokens_details: { cached_tokens: 4096 }, output_tokens: 700, output_tokens_details: { reasoning_tokens: 512 }, total_tokens: 5700 })).toEqual({
+      event_type: 'llm_call',
+      model: 'o4-mini',
+      input_tokens: 5000,
+      output_tokens: 700,
+      cache_read_tokens: 4096,
+    })
+  })
+
+  it('Anthropic: input_tokens excludes the cache, so burnrate input = input + cache creation + cache read', () => {
+    expect(fromAnthropic('claude-sonnet-4-5', { input_tokens: 100, cache_creation_input_tokens: 200, cache_read_input_tokens: 700, output_tokens: 50 })).toEqual({
+      event_type: 'llm_call',
+      model: 'claude-sonnet-4-5',
+      input_tokens: 1000,
+      output_tokens: 50,
+      cache_read_tokens: 700,
+      cache_write_tokens: 200,
+    })
+    // The SDK sends null when no cache was involved.
+    expect(fromAnthropic('claude-haiku-4-5', { input_tokens: 12, output_tokens: 3, cache_creation_input_tokens: null, cache_read_input_tokens: null })).toEqual({
+      event_type: 'llm_call',
+      model: 'claude-haiku-4-5',
+      input_tokens: 12,
+      output_tokens: 3,
+    })
+  })
+
+  it('carry metadata and an event id when given', () => {
+    const eventId = '0b0f7a52-9a1c-4c8e-9a54-6f1b1b2f4a10'
+    expect(fromAnthropic('m', { input_tokens: 1, output_tokens: 1 }, { metadata: { step: 3 }, eventId })).toEqual({
+      event_type: 'llm_call',
+      model: 'm',
+      input_tokens: 1,
+      output_tokens: 1,
+      metadata: { step: 3 },
+      event_id: eventId,
+    })
+  })
+
+  it('throw a TypeError for a missing usage or a count that is not a token count', () => {
+    expect(() => fromOpenAIChat('gpt-4o', null as never)).toThrow(TypeError)
+    expect(() => fromOpenAIChat('gpt-4o', undefined as never)).toThrow(/usage object/)
+    expect(() => fromOpenAIResponses('gpt-4o', { input_tokens: -1, output_tokens: 0 })).toThrow(/usage.input_tokens/)
+    expect(() => fromAnthropic('claude', { input_tokens: 1.5, output_tokens: 0 })).toThrow(TypeError)
+    expect(() => fromAnthropic('', { input_tokens: 1, output_tokens: 0 })).toThrow(/model/)
+  })
+})
+
+describe('argument checks (programming errors throw; nothing is sent)', () => {
+  const refusingFetch = () => {
+    const calls: string[] = []
+    const fetch = (url: string): Promise<Response> => {
+      calls.push(url)
+      return Promise.reject(new Error('must not be called'))
+    }
+    return { fetch, calls }
+  }
+
+  it('the constructor throws a TypeError for invalid options', () => {
+    const ok = { baseUrl: 'http://127.0.0.1:1', apiKey: 'k', agentId: 'a' }
+    expect(() => new Burnrate({ ...ok, baseUrl: 'localhost:8080' })).toThrow(/baseUrl/)
+    expect(() => new Burnrate({ ...ok, apiKey: '' })).toThrow(/apiKey/)
+    expect(() => new Burnrate({ ...ok, agentId: '' })).toThrow(/agentId/)
+    expect(() => new Burnrate({ ...ok, agentId: 'x'.repeat(129) })).toThrow(/agentId/)
+    expect(() => new Burnrate({ ...ok, agentId: 'a\nb' })).toThrow(/agentId/)
+    expect(() => new Burnrate({ ...ok, costThresholdUsd: -1 })).toThrow(/costThresholdUsd/)
+    expect(() => new Burnrate({ ...ok, failMode: 'half' as never })).toThrow(/failMode/)
+    expect(() => new Burnrate({ ...ok, maxRetries: 1.5 })).toThrow(/maxRetries/)
+    expect(() => new Burnrate({ ...ok, timeoutMs: 0 })).toThrow(/timeoutMs/)
+    const c = new Burnrate({ ...ok, baseUrl: 'https://burnrate.example.com/prefix/' })
+    expect(c.agentId).toBe('a')
+    expect(c.paused).toBe(false)
+    expect(c.lastResponse).toBeUndefined()
+  })
+
+  it('send() rejects with a TypeError for an event the server would refuse, before any request', async () => {
+    const { fetch, calls } = refusingFetch()
+    const c = new Burnrate({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k', agentId: 'a', fetch, costThresholdUsd: 1 })
+    const bad: Array<[unknown, RegExp]> = [
+      [null, /an event must be an object/],
+      [{ event_type: 'llm' }, /event_type must be one of/],
+      [{ event_type: 'llm_call' }, /model is required/],
+      [{ event_type: 'tool_call' }, /tool_name is required/],
+      [{ event_type: 'tool_call', tool_name: null }, /tool_name is required/],
+      [{ event_type: 'agent_start', agent_id: 'b' }, /no agent_id/],
+      [{ event_type: 'agent_start', tokens: 3 }, /unknown event field "tokens"/],
+      [{ event_type: 'llm_call', model: 'm', input_tokens: -1 }, /input_tokens/],
+      [{ event_type: 'llm_call', model: 'm', output_tokens: 2e9 }, /output_tokens/],
+      [{ event_type: 'llm_call', model: 'm', input_tokens: 10, cache_read_tokens: 8, cache_write_tokens: 3 }, /must not exceed it/],
+      [{ event_type: 'agent_start', metadata: [1, 2] }, /metadata must be a plain object/],
+      [{ event_type: 'agent_start', metadata: { big: 'x'.repeat(17 * 1024) } }, /at most 16384 bytes/],
+      [{ event_type: 'agent_start', event_id: 'not-a-uuid' }, /event_id must be a UUID/],
+    ]
+    for (const [event, message] of bad) {
+      await expect(c.send(event as BurnrateEvent)).rejects.toThrow(message)
+    }
+    await expect(c.llmCall('m', { inputTokens: 1.5, outputTokens: 0 })).rejects.toThrow(/inputTokens/)
+    await expect(c.toolCall('')).rejects.toThrow(/tool_name/)
+    await expect(c.fromAnthropic('m', null as never)).rejects.toThrow(TypeError)
+    expect(calls).toEqual([])
+  })
+})
+
+describe('event ids', () => {
+  it('are random version-4 UUIDs from crypto.randomUUID', () => {
+    const ids = new Set(Array.from({ length: 1000 }, () => randomUuid()))
+    expect(ids.size).toBe(1000)
+    for (const id of ids) expect(id).toMatch(UUID_V4)
+  })
+
+  it('fall back to crypto.getRandomValues, then Math.random, where randomUUID is missing', () => {
+    const real = globalThis.crypto
+    const getRandomValues = vi.fn(<T extends Uint8Array>(a: T): T => real.getRandomValues(a))
+    vi.stubGlobal('crypto', { getRandomValues })
+    const a = randomUuid()
+    expect(a).toMatch(UUID_V4)
+    expect(getRandomValues).toHaveBeenCalledTimes(1)
+
+    vi.stubGlobal('crypto', undefined)
+    const ids = new Set(Array.from({ length: 1000 }, () => randomUuid()))
+    expect(ids.size).toBe(1000)
+    for (const id of ids) expect(id).toMatch(UUID_V4)
+  })
+})
+
+describe('retry timing', () => {
+  it('Retry-After is read as delay-seconds or an HTTP-date', () => {
+    const now = Date.parse('2025-01-01T00:00:00Z')
+    expect(parseRetryAfter('3', now)).toBe(3000)
+    expect(parseRetryAfter(' 0 ', now)).toBe(0)
+    expect(parseRetryAfter('Wed, 01 Jan 2025 00:00:05 GMT', now)).toBe(5000)
+    expect(parseRetryAfter('Tue, 31 Dec 2024 23:59:00 GMT', now)).toBe(0)
+    expect(parseRetryAfter('soon', now)).toBeUndefined()
+    expect(parseRetryAfter(null, now)).toBeUndefined()
+  })
+
+  it('backoff grows exponentially with jitter and is capped', () => {
+    const policy = { baseDelayMs: 100, maxDelayMs: 1000 }
+    for (let i = 0; i < 200; i++) {
+      const d0 = backoffDelay(0, policy)
+      const d2 = backoffDelay(2, policy)
+      const d9 = backoffDelay(9, policy)
+      expect(d0).toBeGreaterThanOrEqual(50)
+      expect(d0).toBeLessThanOrEqual(100)
+      expect(d2).toBeGreaterThanOrEqual(200)
+      expect(d2).toBeLessThanOrEqual(400)
+      expect(d9).toBeGreaterThanOrEqual(500)
+      expect(d9).toBeLessThanOrEqual(1000)
+    }
+  })
+})
