@@ -1,0 +1,48 @@
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+
+class BurnrateError(Exception):
+    """A request to burnrate that did not succeed after its retries.
+
+    Handed to ``on_error`` (or logged as a warning on the ``burnrate`` logger); never
+    raised out of ``send``, ``refresh`` or ``wait_until_resumed``.
+
+    - ``operation``: ``"config"`` (POST /config), ``"event"`` (POST /events) or
+      ``"refresh"`` (GET /agents/{agent_id}).
+    - ``code``: the server's problem code (``rate_limited``, ``invalid_body``,
+      ``unauthorized``, ``store_unavailable`` …), ``http_<status>`` for an answer without
+      one, or a local code: ``network_error`` and ``timeout`` (no answer arrived),
+      ``invalid_response`` (an answer burnrate would not send).
+    - ``status``: HTTP status of the last answer, None when there was none.
+    - ``retryable``: whether the last failure is of a kind that is retried (network
+      errors, timeouts, 429, 5xx); ``attempts``: requests made, retries included.
+    - ``event_id``: the event's id (operation ``"event"``). The underlying exception,
+      if any, is ``__cause__``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation: str,
+        code: str,
+        status: Optional[int] = None,
+        detail: Optional[str] = None,
+        problem: Optional[Mapping[str, Any]] = None,
+        retryable: bool = False,
+        retry_after: Optional[float] = None,
+        attempts: int = 1,
+        event_id: Optional[str] = None,
+    ) -> None:
+        super().__init__(message)
+        self.operation = operation
+        self.code = code
+        self.status = status
+        self.detail = detail
+        self.problem = problem
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.attempts = attempts
+        self.event_id = event_id
