@@ -267,7 +267,9 @@ async function main(): Promise<number> {
     // 2. burnrate, embedded stores on a fresh DATA_DIR.
     const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' }
     for (const name of STRIPPED_ENV) delete env[name]
-    const passed = PASSED_ENV.filter((name) => env[name]).map((name) => `${name}=${env[name]}`)
+    // The production shape's hot state, on purpose only: never a REDIS_URL left in the shell.
+    if (process.env.BENCH_REDIS_URL) env.REDIS_URL = process.env.BENCH_REDIS_URL
+    const passed = [...PASSED_ENV, 'REDIS_URL'].filter((name) => env[name]).map((name) => `${name}=${env[name]}`)
     const logFile = join(dir, 'burnrate.log')
     const burnrate = await startBurnrate(env, logFile, opts.cpuProfDir)
     const keyOut = await run([BURNRATE, 'keys', 'create', '--user', 'bench', '--name', 'bench', '--rate-limit', '100000000'], env, 'burnrate keys create', 60_000)
