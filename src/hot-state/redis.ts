@@ -71,13 +71,14 @@ export class RedisHotState implements HotState {
     return Promise.all(
       events.map(async (e) => {
         const k = this.#keys(e)
-        const [state, cost] = (await this.#run(e, now, () =>
-          this.#scripts.burnrateReserve(k.a, k.w, k.m, k.e(e.eventId), now, token, this.#staleMs),
-        )) as [Reservation['state'], string?]
-        if (state === 'done') return { state, costNano: Number(cost) }
-        // Indexed by time, so a sweeper finds the claims of an instance that died.
-        if (state !== 'busy') await unavailableOnError(() => this.#redis.zadd(this.#claims, now, claimMember(e)))
-        return { state }
+        // The claim is indexed by time, so a sweeper finds the claims of an instance that
+        // died. Sent with the claim, in the same round trip: an entry for an event that turns
+        // out done, or busy elsewhere, only costs the sweeper a look (it counts nothing twice).
+        const [[state, cost]] = (await Promise.all([
+          this.#run(e, now, () => this.#scripts.burnrateReserve(k.a, k.w, k.m, k.e(e.eventId), now, token, this.#staleMs)),
+          unavailableOnError(() => this.#redis.zadd(this.#claims, now, claimMember(e))),
+        ])) as [[Reservation['state'], string?], unknown]
+        return state === 'done' ? { state, costNano: Number(cost) } : { state }
       }),
     )
   }
@@ -89,7 +90,8 @@ export class RedisHotState implements HotState {
         const k = this.#keys(e)
         const args = [now, AGENT_TTL_MS, String(e.costNano), e.llmCall ? 1 : 0, minuteOf(e.at)] as const
         const reply = (await this.#run(e, now, () => this.#scripts.burnrateRecord(k.a, k.w, k.m, k.e(e.eventId), ...args))) as RecordReply
-        await unavailableOnError(() => this.#redis.zrem(this.#claims, claimMember(e)))
+        // Not waited for: an entry left behind is settled by the sweeper as already counted.
+        this.#redis.zrem(this.#claims, claimMember(e)).catch(() => {})
         const [counted, total, paused, ...transitions] = reply
         return {
           counted: counted === 1,
