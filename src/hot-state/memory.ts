@@ -40,12 +40,6 @@ export class MemoryHotState implements HotState {
   // Round-robin cursor over the agents, to forget idle ones a few at a time.
   #sweep: Iterator<[string, AgentEntry]> = this.#agents.entries()
 
-  async seenEvent(ref: AgentRef, eventId: string, now: number): Promise<{ costNano: Nano } | null> {
-    this.#expireSeen(minuteOf(now))
-    const hit = this.#seen.get(seenKey(ref, eventId))
-    return hit ? { costNano: hit.costNano } : null
-  }
-
   async reserve(events: readonly EventRef[], _token: string, now: number): Promise<Reservation[]> {
     this.#expireSeen(minuteOf(now))
     return events.map((e) => {

@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 import { StoreUnavailableError } from '../errors.ts'
-import type { Nano } from '../money.ts'
 import { minuteOf } from '../window.ts'
 import {
   DEFAULT_POLICY,
@@ -59,12 +58,6 @@ export class RedisHotState implements HotState {
       opts.redis.defineCommand(name, { lua, ...(keys === null ? {} : { numberOfKeys: keys }) })
     }
     this.#scripts = opts.redis as unknown as Scripts
-  }
-
-  async seenEvent(ref: AgentRef, eventId: string, now: number): Promise<{ costNano: Nano } | null> {
-    const k = this.#keys(ref)
-    const [cost] = (await this.#run(ref, now, () => this.#scripts.burnrateSeen(k.a, k.w, k.m, k.e(eventId), now))) as [string | null]
-    return cost === null ? null : { costNano: Number(cost) }
   }
 
   async reserve(events: readonly EventRef[], token: string, now: number): Promise<Reservation[]> {
@@ -293,7 +286,6 @@ const SCRIPTS = {
   burnrateGet: script('get', 3),
   burnrateSetPolicy: script('set_policy', 3),
   burnrateSetPaused: script('set_paused', 3),
-  burnrateSeen: script('seen', 4),
   burnrateReserve: script('reserve', 4),
   burnrateLoad: script('load', null),
   burnrateDropClaim: standalone('drop_claim', 1),

@@ -110,16 +110,12 @@ export interface RestoreData {
  */
 export interface HotState {
   /**
-   * The cost an event id was counted with, if the agent saw it in the last 24 h. Ids are
-   * kept per (user, agent): a retry repeats the whole event, and one agent's keys live in
-   * one Redis Cluster slot, so a single script can dedup and count.
-   */
-  seenEvent(ref: AgentRef, eventId: string, now: number): Promise<{ costNano: Nano } | null>
-  /**
    * Claims event ids before they are stored, so an event sent twice at once (through two
    * instances) is stored once. A reservation that is not recorded within a few seconds goes
    * stale and the next claim takes it over. In one process the in-flight map already does
-   * this, and the memory hot state answers only 'reserved' or 'done'.
+   * this, and the memory hot state answers only 'reserved' or 'done'. Ids are kept per
+   * (user, agent): a retry repeats the whole event, and one agent's keys live in one Redis
+   * Cluster slot, so a single script can dedup and count.
    */
   reserve(events: readonly EventRef[], token: string, now: number): Promise<Reservation[]>
   /**

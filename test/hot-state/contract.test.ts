@@ -50,9 +50,11 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     await hs.record([e], T0)
     const again = await hs.record([{ ...e, costNano: 999 }], T0)
     expect(again[0]).toMatchObject({ counted: false, totalNano: 5 })
-    expect(await hs.seenEvent(ref, e.eventId, T0)).toEqual({ costNano: 5 })
-    expect(await hs.seenEvent({ ...ref, userId: 'other-user' }, e.eventId, T0)).toBeNull()
-    expect(await hs.seenEvent({ ...ref, agentId: 'other-agent' }, e.eventId, T0)).toBeNull()
+    expect(await hs.reserve([e, { ...e, userId: 'other-user' }, { ...e, agentId: 'other-agent' }], 'probe', T0)).toEqual([
+      { state: 'done', costNano: 5 },
+      { state: 'reserved' },
+      { state: 'reserved' },
+    ])
   })
 
   it('reserves an unseen event id, and answers a counted one as done with its cost', async () => {
@@ -78,7 +80,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     const lastMinute = T0 + 1439 * MINUTE_MS
     expect((await hs.get(ref, lastMinute)).snapshot.totalNano).toBe(8)
     expect((await hs.get(ref, lastMinute + MINUTE_MS)).snapshot.totalNano).toBe(1)
-    expect(await hs.seenEvent(ref, e.eventId, lastMinute + MINUTE_MS)).toBeNull()
+    expect(await hs.reserve([e], 'probe', lastMinute + MINUTE_MS)).toEqual([{ state: 'reserved' }])
     expect((await hs.get(ref, lastMinute + 11 * MINUTE_MS)).snapshot).toMatchObject({ totalNano: 0, llmCalls: 0 })
   })
 
@@ -158,8 +160,10 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     )
     expect((await hs.get(ref, T0)).snapshot).toMatchObject({ totalNano: 2 * USD, llmCalls: 2, configured: true, pause: { paused: true, reason: 'budget' } })
     expect(transitions).toEqual([expect.objectContaining({ reason: 'budget', paused: true })])
-    expect(await hs.seenEvent(ref, 'restored', T0)).toEqual({ costNano: USD })
-    expect(await hs.seenEvent(ref, 'e1', T0)).toBeNull()
+    expect(await hs.reserve([{ ...ref, eventId: 'restored' }, { ...ref, eventId: 'e1' }], 'probe', T0)).toEqual([
+      { state: 'done', costNano: USD },
+      { state: 'reserved' },
+    ])
   })
 
   it('restore keeps an override from the last transition', async () => {
