@@ -137,9 +137,7 @@ export class AgentService {
       getConfig(clickhouse, userId, agentId),
       hotState.get({ userId, agentId }, now),
     ])
-    if (totals.length === 0 && !config && !(await agentHasEvents(clickhouse, userId, agentId))) {
-      throw new Problem('agent_not_found', `no agent ${JSON.stringify(agentId)} for this API key's user`)
-    }
+    await this.#mustExist(userId, agentId, totals.length > 0 || config !== null)
     if (state.transition) await this.#d.ingest.persistTransitions([state.transition])
     const total = totals[0]
     const last = events.at(-1)
@@ -169,9 +167,7 @@ export class AgentService {
     const currentHour = Math.floor(clock.now() / HOUR_MS) * HOUR_MS
     const first = currentHour - (hours - 1) * HOUR_MS
     const [rows, config] = await Promise.all([hourlyCost(clickhouse, userId, agentId, first), getConfig(clickhouse, userId, agentId)])
-    if (rows.length === 0 && !config && !(await agentHasEvents(clickhouse, userId, agentId))) {
-      throw new Problem('agent_not_found', `no agent ${JSON.stringify(agentId)} for this API key's user`)
-    }
+    await this.#mustExist(userId, agentId, rows.length > 0 || config !== null)
     const byHour = new Map(rows.map((r) => [r.hour_ms, r]))
     const buckets = Array.from({ length: hours }, (_, i) => {
       const hour = first + i * HOUR_MS
@@ -185,6 +181,15 @@ export class AgentService {
       }
     })
     return { agent_id: agentId, hours, buckets }
+  }
+
+  /**
+   * 404 for an agent with no events and no config (SPEC.md 4.6). `known` is what the
+   * caller's own reads already showed; only when they showed nothing is history looked up.
+   */
+  async #mustExist(userId: string, agentId: string, known: boolean): Promise<void> {
+    if (known || (await agentHasEvents(this.#d.clickhouse, userId, agentId))) return
+    throw new Problem('agent_not_found', `no agent ${JSON.stringify(agentId)} for this API key's user`)
   }
 }
 
