@@ -65,9 +65,9 @@ export type StoredEvent = z.output<typeof storedEvent>
 const EVENT_COLUMNS = `user_id, agent_id, timestamp, event_id, event_type, model, input_tokens, output_tokens,
   cache_read_tokens, cache_write_tokens, tool_name, metadata, cost_nano, price_fallback`
 
-/** One INSERT for a batch. */
-export function insertEvents(client: ClickHouseClient, rows: readonly EventRow[]): Promise<void> {
-  return insert(client, 'events', rows)
+/** One INSERT for a batch; the same `token` again stores nothing (see insert()). */
+export function insertEvents(client: ClickHouseClient, rows: readonly EventRow[], token?: string): Promise<void> {
+  return insert(client, 'events', rows, token)
 }
 
 /** The user's most recent events across all agents, newest first. */

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { z } from 'zod'
 import { StoreUnavailableError } from '../errors.ts'
@@ -22,10 +23,17 @@ export async function select<S extends z.ZodType>(
   return rows.map((r) => row.parse(r))
 }
 
-export async function insert(client: ClickHouseClient, table: string, values: readonly object[]): Promise<void> {
+/**
+ * One INSERT. `token` makes it idempotent: ClickHouse stores a block with a token it has
+ * seen within the table's deduplication window once (sql/0007). Without one, the INSERT gets
+ * a token of its own: an empty token would deduplicate by content, and two different
+ * batches that aggregate to the same hourly_cost row would lose one. The setting is always
+ * sent: chDB keeps a query's settings for the next query of its session.
+ */
+export async function insert(client: ClickHouseClient, table: string, values: readonly object[], token: string = randomUUID()): Promise<void> {
   if (values.length === 0) return
   try {
-    await client.insert({ table, values: values as object[], format: 'JSONEachRow' })
+    await client.insert({ table, values: values as object[], format: 'JSONEachRow', clickhouse_settings: { insert_deduplication_token: token } })
   } catch (err) {
     throw new StoreUnavailableError(`ClickHouse insert into ${table} failed`, { cause: err })
   }

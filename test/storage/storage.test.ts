@@ -103,6 +103,18 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
     expect(found.get(eventKey(stored))).toMatchObject({ cost_nano: 42, event_type: 'llm_call', timestamp: stored.timestamp })
   })
 
+  it('stores a batch delivered twice with its token once, in events and in the hourly view', async () => {
+    const id = (n: number) => `00000000-0000-4000-a000-${String(n).padStart(12, '0')}`
+    const batch = [row({ event_id: id(1), at: T, agent_id: 'twice' }), row({ event_id: id(2), at: T + 1, agent_id: 'twice' })]
+    await insertEvents(client, batch, 'journal:7:1-2')
+    await insertEvents(client, batch, 'journal:7:1-2') // the crash between INSERT and acknowledgement
+    // Another batch whose rows differ but whose hourly sums are the same as the first's.
+    await insertEvents(client, [row({ event_id: id(3), at: T + 2, agent_id: 'twice' }), row({ event_id: id(4), at: T + 3, agent_id: 'twice' })], 'journal:7:3-4')
+    expect(await agentTotals(client, 'u', T, 'twice')).toEqual([{ agent_id: 'twice', cost_nano: 400, llm_calls: 4 }])
+    const hours = await hourlyCost(client, 'u', 'twice', T - 3_600_000)
+    expect(hours.map((h) => [h.cost_nano, h.llm_calls])).toEqual([[400, 4]])
+  })
+
   it('reads the newest config, even for two writes in one millisecond', async () => {
     const base = { user_id: 'u', agent_id: 'cfg', slack_webhook_url: 'https://hooks.example.com/x', auto_resume: false }
     await upsertConfig(client, { ...base, threshold_nano: 1, updatedAtMs: T })
