@@ -1,31 +1,54 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
-import type { AgentRef, Transition } from '../hot-state/types.ts'
+import type { AgentRef, Transition, TransitionReason } from '../hot-state/types.ts'
+import type { Nano } from '../money.ts'
 import { chDateTimeToMs, toChDateTime } from './clickhouse.ts'
 import { agentFilter } from './events.ts'
 import { insert, select } from './query.ts'
 import { nextVersion } from './version.ts'
 
+/** A row of pause_transitions as burnrate writes it. */
+export interface TransitionRow {
+  user_id: string
+  agent_id: string
+  at: string
+  /** Orders an agent's transitions: the newest version is its current state. */
+  version: number
+  is_paused: boolean
+  reason: TransitionReason
+  override: boolean
+  total_nano: Nano
+}
+
+/** The row of a transition decided now (versions grow within this process). */
+export function transitionRow(t: Transition): TransitionRow {
+  return {
+    user_id: t.userId,
+    agent_id: t.agentId,
+    at: toChDateTime(t.at),
+    version: nextVersion(t.at),
+    is_paused: t.paused,
+    reason: t.reason,
+    override: t.override,
+    total_nano: t.totalNano,
+  }
+}
+
 export function insertTransitions(client: ClickHouseClient, transitions: readonly Transition[]): Promise<void> {
-  return insert(
-    client,
-    'pause_transitions',
-    transitions.map((t) => ({
-      user_id: t.userId,
-      agent_id: t.agentId,
-      at: toChDateTime(t.at),
-      version: nextVersion(t.at),
-      is_paused: t.paused,
-      reason: t.reason,
-      override: t.override,
-      total_nano: t.totalNano,
-    })),
-  )
+  return insert(client, 'pause_transitions', transitions.map(transitionRow))
 }
 
 const latestRow = z
-  .object({ user_id: z.string(), agent_id: z.string(), is_paused: z.coerce.boolean(), reason: z.string(), override: z.coerce.boolean(), last_at: z.string() })
-  .transform(({ last_at, ...r }) => ({ ...r, atMs: chDateTimeToMs(last_at) }))
+  .object({
+    user_id: z.string(),
+    agent_id: z.string(),
+    is_paused: z.coerce.boolean(),
+    reason: z.string(),
+    override: z.coerce.boolean(),
+    last_version: z.coerce.number().int(),
+    last_at: z.string(),
+  })
+  .transform(({ last_at, last_version, ...r }) => ({ ...r, version: last_version, atMs: chDateTimeToMs(last_at) }))
 export type LatestTransition = z.output<typeof latestRow>
 
 /** The newest transition of every agent: its pause state as last decided. */
@@ -36,6 +59,7 @@ export function latestTransitions(client: ClickHouseClient, ref?: AgentRef): Pro
             argMax(is_paused, version) AS is_paused,
             argMax(reason, version) AS reason,
             argMax(override, version) AS override,
+            max(version) AS last_version,
             toString(max(at)) AS last_at
      FROM pause_transitions WHERE 1 ${agentFilter(ref)} GROUP BY user_id, agent_id`,
     { user: ref?.userId, agent: ref?.agentId },

@@ -1,0 +1,55 @@
+import type { EventRow } from '../storage/events.ts'
+import type { TransitionRow } from '../storage/transitions.ts'
+
+/**
+ * The durable journal of the write path (issue 8, DECISIONS.md "Write path"): POST /events
+ * is answered once its rows are in the journal; the shipper moves them to ClickHouse in
+ * large idempotent batches. A row is bound for one table.
+ */
+export type JournalRow = { table: 'events'; row: EventRow } | { table: 'pause_transitions'; row: TransitionRow }
+
+export type JournalTable = JournalRow['table']
+
+/** A row as read back for shipping, with when it was appended (epoch ms). */
+export type JournalEntry = JournalRow & { at: number }
+
+/**
+ * What the shipper inserts at once. Shipping the same batch again (after a crash between
+ * its INSERT and its commit) sends the same `token`, which ClickHouse deduplicates.
+ */
+export interface JournalBatch {
+  token: string
+  entries: JournalEntry[]
+}
+
+export interface JournalBacklog {
+  /** Rows appended and not yet shipped. */
+  rows: number
+  /** Their size in the journal. */
+  bytes: number
+  /** When the oldest of them was appended (epoch ms), null when there are none. */
+  oldestAt: number | null
+}
+
+/** The reading side of a journal, which the shipper drains. */
+export interface JournalSource {
+  /**
+   * The batch to ship now: the one begun and not committed (shipped again, same token),
+   * else up to `maxRows` new rows, whose range is recorded durably before this returns;
+   * null when nothing is waiting.
+   */
+  next(maxRows: number): Promise<JournalBatch | null>
+  /** The batch is in ClickHouse: move past it and free what it held. */
+  commit(batch: JournalBatch): Promise<void>
+  backlog(): JournalBacklog
+}
+
+/** Thrown when the journal holds its configured bound: POST /events answers 503 with Retry-After. */
+export class JournalFullError extends Error {
+  readonly backlog: JournalBacklog
+  constructor(backlog: JournalBacklog) {
+    super(`the journal holds ${backlog.rows} rows not yet shipped to ClickHouse, its bound`)
+    this.name = 'JournalFullError'
+    this.backlog = backlog
+  }
+}
