@@ -1,0 +1,144 @@
+import type { ClickHouseClient } from '@clickhouse/client'
+import { insert } from '../storage/query.ts'
+import type { JournalBatch, JournalSource, JournalTable } from './types.ts'
+
+/** pino-compatible. */
+interface Log {
+  info(obj: object, msg: string): void
+  warn(obj: object, msg: string): void
+}
+
+export interface ShipperOptions {
+  source: JournalSource
+  clickhouse: ClickHouseClient
+  /** Rows per batch at most; a full batch is followed at once by the next. */
+  maxRows: number
+  /** How long a row waits for its batch to fill: a batch goes out this often under load. */
+  intervalMs: number
+  log: Log
+  /** Told about every batch stored (metrics): its rows, and how long each waited since its append. */
+  onShipped?: (s: { rows: number; durationMs: number; waitedMs: number[] }) => void
+  /** Told about every failed attempt (metrics). */
+  onFailed?: (err: unknown) => void
+}
+
+/** Tables in the order a batch inserts them. */
+const TABLES: readonly JournalTable[] = ['events', 'pause_transitions']
+const MAX_BACKOFF_MS = 30_000
+
+/**
+ * Moves the journal into ClickHouse in large batches (issue 8; Langfuse's ClickhouseWriter
+ * is the model): one INSERT per table per batch, each with the batch's deduplication token,
+ * so a batch shipped twice is stored once. A batch is committed only after its INSERTs
+ * succeeded; a failure is retried with exponential backoff, the same batch with the same
+ * token, for as long as it takes (ClickHouse down: the journal holds the backlog).
+ */
+export class Shipper {
+  readonly #o: ShipperOptions
+  #loop: Promise<void> | null = null
+  #stopping = false
+  #wake: (() => void) | null = null
+  #shipped: Array<() => void> = []
+  #failures = 0
+  #outageStart = 0
+
+  constructor(o: ShipperOptions) {
+    this.#o = o
+  }
+
+  start(): void {
+    this.#loop ??= this.#run()
+  }
+
+  /** Ships without waiting out the interval (the journal holds a full batch). */
+  kick(): void {
+    this.#wake?.()
+  }
+
+  /**
+   * Ships until the journal is empty, or `timeoutMs` passed; resolves whether it is
+   * empty (graceful shutdown; tests that read ClickHouse right after writing).
+   */
+  async flush(timeoutMs = 10_000): Promise<boolean> {
+    const deadline = performance.now() + timeoutMs
+    while (this.#o.source.backlog().rows > 0) {
+      if (!this.#loop || performance.now() > deadline) return false
+      const pass = new Promise<void>((resolve) => this.#shipped.push(resolve))
+      // While ClickHouse fails, the backoff stands: a flush must not turn it into a busy loop.
+      if (this.#failures === 0) this.kick()
+      await Promise.race([pass, new Promise((r) => setTimeout(r, Math.max(0, deadline - performance.now())).unref())])
+    }
+    return true
+  }
+
+  /** Stops after the batch under way (what is left stays in the journal for the next start). */
+  async stop(): Promise<void> {
+    this.#stopping = true
+    this.kick()
+    await this.#loop
+    this.#loop = null
+  }
+
+  async #run(): Promise<void> {
+    while (!this.#stopping) {
+      const pause = await this.#pass()
+      for (const done of this.#shipped.splice(0)) done()
+      await this.#sleep(pause)
+    }
+  }
+
+  /** Ships one batch; returns how long to wait before the next pass. */
+  async #pass(): Promise<number> {
+    try {
+      const batch = await this.#o.source.next(this.#o.maxRows)
+      if (batch) await this.#ship(batch)
+      this.#recovered()
+      // A full batch says more is waiting: go on at once. Otherwise let the next one fill.
+      return batch !== null && batch.entries.length >= this.#o.maxRows ? 0 : this.#o.intervalMs
+    } catch (err) {
+      this.#failed(err)
+      return Math.min(MAX_BACKOFF_MS, 100 * 2 ** Math.min(this.#failures, 10)) * (0.5 + Math.random() / 2)
+    }
+  }
+
+  async #ship(batch: JournalBatch): Promise<void> {
+    const started = performance.now()
+    for (const table of TABLES) {
+      const rows = batch.entries.filter((e) => e.table === table).map((e) => e.row)
+      await insert(this.#o.clickhouse, table, rows, `${batch.token}:${table}`)
+    }
+    await this.#o.source.commit(batch)
+    const now = Date.now()
+    this.#o.onShipped?.({ rows: batch.entries.length, durationMs: performance.now() - started, waitedMs: batch.entries.map((e) => now - e.at) })
+  }
+
+  /** Logs the first failure of an outage; the backoff and the metrics tell the rest. */
+  #failed(err: unknown): void {
+    if (this.#failures++ === 0) {
+      this.#outageStart = Date.now()
+      this.#o.log.warn({ err, backlog: this.#o.source.backlog() }, 'cannot ship the journal to ClickHouse; retrying, POST /events goes on')
+    }
+    this.#o.onFailed?.(err)
+  }
+
+  #recovered(): void {
+    if (this.#failures === 0) return
+    this.#o.log.info({ failedAttempts: this.#failures, outageMs: Date.now() - this.#outageStart, backlog: this.#o.source.backlog() }, 'shipping the journal to ClickHouse again')
+    this.#failures = 0
+  }
+
+  #sleep(ms: number): Promise<void> {
+    if (this.#stopping) return Promise.resolve()
+    return new Promise((resolve) => {
+      const timer = setTimeout(done, ms)
+      function done() {
+        clearTimeout(timer)
+        resolve()
+      }
+      this.#wake = () => {
+        this.#wake = null
+        done()
+      }
+    })
+  }
+}

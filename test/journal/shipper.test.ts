@@ -1,0 +1,121 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { ClickHouseClient } from '@clickhouse/client'
+import { pino } from 'pino'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { SegmentLog } from '../../src/journal/segment-log.ts'
+import { Shipper } from '../../src/journal/shipper.ts'
+import type { JournalBatch, JournalSource } from '../../src/journal/types.ts'
+import { createClickHouse, toChDateTime64us } from '../../src/storage/clickhouse.ts'
+import { agentTotals, hourlyCost, type EventRow } from '../../src/storage/events.ts'
+import { migrate } from '../../src/storage/migrations.ts'
+
+// The shipper against the real engine (chDB) and the real segment log.
+const T = Date.UTC(2026, 5, 1, 10, 20, 0)
+const log = pino({ level: 'silent' })
+let clickhouse: ClickHouseClient
+let seq = 0
+
+beforeAll(async () => {
+  clickhouse = createClickHouse({ clickhouse: { kind: 'embedded', path: join(mkdtempSync(join(tmpdir(), 'burnrate-ship-')), 'ch') }, clickhouseDatabase: 'default' })
+  await migrate(clickhouse)
+})
+afterAll(() => clickhouse?.close())
+
+function event(agent: string): EventRow {
+  const n = ++seq
+  return {
+    user_id: 'u',
+    agent_id: agent,
+    timestamp: toChDateTime64us((T + n) * 1000),
+    event_id: `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`,
+    event_type: 'llm_call',
+    model: 'gpt-4o',
+    input_tokens: 10,
+    output_tokens: 5,
+    cache_read_tokens: 0,
+    cache_write_tokens: 0,
+    tool_name: null,
+    metadata: '',
+    cost_nano: 100,
+    price_fallback: false,
+  }
+}
+
+const openLog = (dir: string) => SegmentLog.open({ dir, fsync: false, maxRows: 1_000_000 })
+const dir = () => mkdtempSync(join(tmpdir(), 'burnrate-ship-journal-'))
+
+async function stored(agent: string) {
+  const [totals] = await agentTotals(clickhouse, 'u', T, agent)
+  const hours = await hourlyCost(clickhouse, 'u', agent, T - 3_600_000)
+  return { rows: totals?.llm_calls ?? 0, hourlyCalls: hours.reduce((s, h) => s + h.llm_calls, 0) }
+}
+
+describe('shipper', () => {
+  it('ships the journal in batches of at most maxRows, full ones back to back, and empties it', async () => {
+    const journal = await openLog(dir())
+    await journal.append(Array.from({ length: 250 }, () => ({ table: 'events' as const, row: event('batches') })), T)
+    const batches: number[] = []
+    const shipper = new Shipper({ source: journal, clickhouse, maxRows: 100, intervalMs: 60_000, log, onShipped: (s) => batches.push(s.rows) })
+    shipper.start()
+    // With a minute's interval, only back-to-back full batches (and the kick of flush) get it out.
+    expect(await shipper.flush(10_000)).toBe(true)
+    await shipper.stop()
+    expect(batches).toEqual([100, 100, 50])
+    expect(journal.backlog()).toEqual({ rows: 0, bytes: 0, oldestAt: null })
+    expect(await stored('batches')).toEqual({ rows: 250, hourlyCalls: 250 })
+    await journal.close()
+  })
+
+  it('stores nothing twice when it dies between the INSERT and the commit, and a restart ships that batch again', async () => {
+    const d = dir()
+    const journal = await openLog(d)
+    await journal.append(Array.from({ length: 30 }, () => ({ table: 'events' as const, row: event('crash') })), T)
+    // The real journal, with the process dying exactly after the INSERT: the commit never happens.
+    let inserted: JournalBatch | null = null
+    const dying: JournalSource = {
+      next: (n) => journal.next(n),
+      backlog: () => journal.backlog(),
+      commit: async (batch) => {
+        inserted = batch
+        throw new Error('killed after the INSERT, before the commit')
+      },
+    }
+    const first = new Shipper({ source: dying, clickhouse, maxRows: 1000, intervalMs: 60_000, log })
+    first.start()
+    await expect.poll(() => inserted, { timeout: 10_000 }).not.toBeNull()
+    await first.stop()
+    await journal.close()
+    expect(await stored('crash')).toEqual({ rows: 30, hourlyCalls: 30 })
+
+    const reopened = await openLog(d)
+    expect(reopened.backlog().rows).toBe(30)
+    const second = new Shipper({ source: reopened, clickhouse, maxRows: 1000, intervalMs: 60_000, log })
+    second.start()
+    expect(await second.flush(10_000)).toBe(true)
+    await second.stop()
+    expect(await stored('crash')).toEqual({ rows: 30, hourlyCalls: 30 })
+    await reopened.close()
+  })
+
+  it('holds the backlog while ClickHouse refuses, retries the same batch, and drains it once it accepts again', async () => {
+    const journal = await openLog(dir())
+    const failures: unknown[] = []
+    const shipper = new Shipper({ source: journal, clickhouse, maxRows: 1000, intervalMs: 20, log, onFailed: (e) => failures.push(e) })
+    await clickhouse.command({ query: 'RENAME TABLE events TO events_away' })
+    try {
+      shipper.start()
+      await journal.append(Array.from({ length: 10 }, () => ({ table: 'events' as const, row: event('outage') })), T)
+      await expect.poll(() => failures.length, { timeout: 10_000 }).toBeGreaterThanOrEqual(2)
+      await journal.append([{ table: 'events', row: event('outage') }], T)
+      expect(journal.backlog().rows).toBe(11)
+    } finally {
+      await clickhouse.command({ query: 'RENAME TABLE events_away TO events' })
+    }
+    await expect.poll(() => journal.backlog().rows, { timeout: 20_000 }).toBe(0)
+    await shipper.stop()
+    expect(await stored('outage')).toEqual({ rows: 11, hourlyCalls: 11 })
+    await journal.close()
+  })
+})
