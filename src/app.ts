@@ -7,7 +7,9 @@ import type { ApiKeys } from './auth/api-keys.ts'
 import type { Config } from './config.ts'
 import { Problem, StoreUnavailableError, type ProblemCode } from './errors.ts'
 import type { HotState } from './hot-state/types.ts'
-import type { IngestService } from './ingest/service.ts'
+import type { SegmentLog } from './journal/segment-log.ts'
+import { JournalFullError } from './journal/types.ts'
+import type { Ingest } from './ingest/types.ts'
 import { agentsRoutes } from './routes/agents.ts'
 import { GroupedLocalStore } from './routes/limits.ts'
 import { configRoutes } from './routes/config.ts'
@@ -33,10 +35,12 @@ export interface AppDeps {
   config: Config
   clickhouse: ClickHouseClient
   hotState: HotState
-  ingest: IngestService
+  ingest: Ingest
   agents: AgentService
   keys: ApiKeys
   redis?: Redis | null
+  /** The embedded journal, for /readyz; null or absent with REDIS_URL. */
+  journal?: SegmentLog | null
   /** pino-compatible; none (silent) when omitted. */
   log?: FastifyBaseLogger
 }
@@ -116,7 +120,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   )
 
   const limits = routeLimits(deps.config)
-  await app.register(healthRoutes(deps.clickhouse, deps.hotState))
+  await app.register(healthRoutes(deps.clickhouse, deps.hotState, deps.journal ?? null))
   await app.register(eventsRoutes(deps.ingest, limits))
   await app.register(configRoutes(deps.agents, limits))
   await app.register(agentsRoutes(deps.agents, limits))
@@ -130,6 +134,9 @@ function sendProblem(reply: FastifyReply, problem: Problem): FastifyReply {
 
 function toProblem(err: FastifyError): Problem {
   if (err instanceof Problem) return err
+  if (err instanceof JournalFullError) {
+    return new Problem('journal_full', `${err.message}; ClickHouse is behind, retry with the same event_id`, { retryAfter: 5, cause: err })
+  }
   if (err instanceof StoreUnavailableError) {
     return new Problem('store_unavailable', 'the event store is unavailable; retry with the same event_id', { retryAfter: 1, cause: err })
   }

@@ -26,6 +26,10 @@ const envSchema = z.object({
   WEBHOOK_ALLOW_PRIVATE: bool.default(false),
   WEBHOOK_TIMEOUT_MS: positiveInt.default(5000),
   BATCH_MAX_ROWS: positiveInt.default(5000),
+  JOURNAL_FSYNC: bool.default(false),
+  JOURNAL_MAX_ROWS: positiveInt.default(1_000_000),
+  SHIP_INTERVAL_MS: positiveInt.default(1000),
+  SHIP_MAX_ROWS: positiveInt.default(50_000),
   BATCH_MAX_WAIT_MS: z.coerce.number().int().min(0).default(2),
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(5000),
   TRUST_PROXY: bool.default(false),
@@ -46,6 +50,10 @@ export interface Config {
   readonly rateLimits: { readonly events: number; readonly reads: number; readonly config: number }
   readonly webhook: { readonly allowPrivate: boolean; readonly timeoutMs: number }
   readonly batch: { readonly maxRows: number; readonly maxWaitMs: number }
+  /** The embedded journal (issue 8): fdatasync per group write, and the backlog bound in rows. */
+  readonly journal: { readonly fsync: boolean; readonly maxRows: number }
+  /** The shipper: a batch at most this often under load, and at most this many rows. */
+  readonly ship: { readonly intervalMs: number; readonly maxRows: number }
   readonly keyCacheTtlMs: number
   readonly trustProxy: boolean
   /** Prometheus metrics listener; off when unset. */
@@ -81,6 +89,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     rateLimits: { events: e.EVENTS_RATE_LIMIT, reads: e.READS_RATE_LIMIT, config: e.CONFIG_RATE_LIMIT },
     webhook: { allowPrivate: e.WEBHOOK_ALLOW_PRIVATE, timeoutMs: e.WEBHOOK_TIMEOUT_MS },
     batch: { maxRows: e.BATCH_MAX_ROWS, maxWaitMs: e.BATCH_MAX_WAIT_MS },
+    journal: { fsync: e.JOURNAL_FSYNC, maxRows: e.JOURNAL_MAX_ROWS },
+    ship: { intervalMs: e.SHIP_INTERVAL_MS, maxRows: e.SHIP_MAX_ROWS },
     keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
     trustProxy: e.TRUST_PROXY,
     metricsPort: e.METRICS_PORT,

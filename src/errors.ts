@@ -15,6 +15,7 @@ export const PROBLEMS = {
   rate_limited: { status: 429, title: 'Too many requests' },
   internal: { status: 500, title: 'Internal server error' },
   store_unavailable: { status: 503, title: 'A backing store is unavailable' },
+  journal_full: { status: 503, title: 'The journal holds its bound of events not yet stored in ClickHouse' },
 } as const satisfies Record<string, { status: number; title: string }>
 
 export type ProblemCode = keyof typeof PROBLEMS

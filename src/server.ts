@@ -1,4 +1,5 @@
 import { mkdirSync } from 'node:fs'
+import { join } from 'node:path'
 import type { Server } from 'node:http'
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { Redis } from 'ioredis'
@@ -18,6 +19,10 @@ import { WebhookPauseNotifier } from './ingest/notify.ts'
 import { agentLoader, rebuildHotState } from './ingest/rebuild.ts'
 import { startSweeper } from './ingest/sweeper.ts'
 import { IngestService } from './ingest/service.ts'
+import { JournaledIngest } from './ingest/journaled.ts'
+import type { Ingest } from './ingest/types.ts'
+import { SegmentLog } from './journal/segment-log.ts'
+import { Shipper } from './journal/shipper.ts'
 import { WebhookNotifier } from './notify/webhook.ts'
 import { createPriceTable, loadPricesFile } from './pricing/price-table.ts'
 import { createClickHouse } from './storage/clickhouse.ts'
@@ -32,7 +37,10 @@ export interface Services {
   clock: Clock
   clickhouse: ClickHouseClient
   hotState: HotState
-  ingest: IngestService
+  ingest: Ingest
+  /** The embedded journal and its shipper; null with REDIS_URL (issue 8: not journaled yet). */
+  journal: SegmentLog | null
+  shipper: Shipper | null
   agents: AgentService
   keys: ApiKeys
   webhooks: WebhookNotifier
@@ -40,8 +48,14 @@ export interface Services {
   close(): Promise<void>
 }
 
-/** Opens the stores, applies migrations and rebuilds the hot state from ClickHouse. */
-export async function openServices(config: Config, opts: { clock?: Clock; log: FastifyBaseLogger }): Promise<Services> {
+/**
+ * Opens the stores, applies migrations and rebuilds the hot state from ClickHouse and the
+ * journal. `onJournalFailure`: a journal write failed, the process must stop (see SegmentLog).
+ */
+export async function openServices(
+  config: Config,
+  opts: { clock?: Clock; log: FastifyBaseLogger; onJournalFailure?: (err: unknown) => void },
+): Promise<Services> {
   const clock = opts.clock ?? systemClock
   const { log } = opts
   const prices = createPriceTable({ overrides: config.pricesFile ? await loadPricesFile(config.pricesFile) : null, clock })
@@ -54,33 +68,73 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
   const redis = config.redisUrl ? createRedis(config.redisUrl, log) : null
   const memory = redis ? null : new MemoryHotState()
   const hotState: HotState = memory ?? new RedisHotState({ redis: redis!, loader: agentLoader(clickhouse) })
-  const metrics = createMetrics({ ingest: () => ingest.stats, agents: () => memory?.size ?? Number.NaN })
+  // Embedded, POST /events is answered from the in-process hot state and this journal.
+  const journal = memory
+    ? await SegmentLog.open({
+        dir: join(config.dataDir, 'journal'),
+        fsync: config.journal.fsync,
+        maxRows: config.journal.maxRows,
+        onFailure: (err) => {
+          log.fatal({ err }, 'the journal could not be written: stopping, a restart rebuilds from what is durable')
+          opts.onJournalFailure?.(err)
+        },
+      })
+    : null
+  const metrics = createMetrics({ groupCommit: () => groupCommit?.stats ?? null, journal, agents: () => memory?.size ?? Number.NaN })
   const webhooks = new WebhookNotifier({
     allowPrivate: config.webhook.allowPrivate,
     timeoutMs: config.webhook.timeoutMs,
     logger: log,
     registry: metrics.registry,
   })
-  const ingest: IngestService = new IngestService({
-    clickhouse,
-    hotState,
-    prices,
-    notifier: new WebhookPauseNotifier(webhooks),
-    clock,
-    log,
-    batch: {
-      maxItems: config.batch.maxRows,
-      maxWaitMs: config.batch.maxWaitMs,
-      onCommit: (c) => {
-        metrics.batchSize.observe(c.size)
-        metrics.batchWaitSeconds.observe(c.waitMs / 1000)
-        metrics.commitSeconds.observe(c.durationMs / 1000)
-      },
-    },
-  })
-  if (memory) {
-    const transitions = await rebuildHotState(clickhouse, memory, clock.now())
+  const notifier = new WebhookPauseNotifier(webhooks)
+  const shipper = journal
+    ? new Shipper({
+        source: journal,
+        clickhouse,
+        maxRows: config.ship.maxRows,
+        intervalMs: config.ship.intervalMs,
+        log,
+        onShipped: (s) => metrics.shipped(s),
+        onFailed: () => metrics.shipFailures.inc(),
+      })
+    : null
+  const groupCommit =
+    memory || !redis
+      ? null
+      : new IngestService({
+          clickhouse,
+          hotState,
+          prices,
+          notifier,
+          clock,
+          log,
+          batch: {
+            maxItems: config.batch.maxRows,
+            maxWaitMs: config.batch.maxWaitMs,
+            onCommit: (c) => {
+              metrics.batchSize.observe(c.size)
+              metrics.batchWaitSeconds.observe(c.waitMs / 1000)
+              metrics.commitSeconds.observe(c.durationMs / 1000)
+            },
+          },
+        })
+  const ingest: Ingest =
+    memory && journal
+      ? new JournaledIngest({
+          hotState: memory,
+          journal,
+          prices,
+          notifier,
+          clock,
+          log,
+          onAppended: (rows) => rows >= config.ship.maxRows && shipper?.kick(),
+        })
+      : groupCommit!
+  if (memory && journal) {
+    const transitions = await rebuildHotState(clickhouse, memory, clock.now(), journal.unshipped())
     if (transitions.length > 0) await ingest.persistTransitions(transitions)
+    shipper!.start()
   }
 
   const agents = new AgentService({ clickhouse, hotState, ingest, clock, allowPrivateWebhooks: config.webhook.allowPrivate })
@@ -108,12 +162,18 @@ export async function openServices(config: Config, opts: { clock?: Clock; log: F
     clickhouse,
     hotState,
     ingest,
+    journal,
+    shipper,
     agents,
     keys,
     webhooks,
     async close() {
       await sweeper?.stop()
       await ingest.close()
+      // What is left stays in the journal and ships after the next start.
+      await shipper?.flush(5000)
+      await shipper?.stop()
+      await journal?.close()
       await Promise.race([webhooks.drain(), new Promise((r) => setTimeout(r, 10_000).unref())])
       await hotState.close()
       subscriber?.disconnect()
@@ -137,7 +197,11 @@ export async function startServer(config: Config): Promise<RunningServer> {
   // (With a ClickHouse server, DATA_DIR holds only the admin socket: create it too.)
   mkdirSync(config.dataDir, { recursive: true })
   await claimAdminSocket(adminSocketPath(config.dataDir))
-  const services = await openServices(config, { log })
+  const services = await openServices(config, {
+    log,
+    // A write that failed may be counted in memory and not on disk: stop rather than answer from it.
+    onJournalFailure: () => setImmediate(() => process.exit(1)),
+  })
   const app = await buildApp({ ...services, log })
   let admin: Server | null = null
   let metricsServer: Server | null = null

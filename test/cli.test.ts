@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { afterEach, describe, expect, it } from 'vitest'
-import { api, createKey, freshDataDir, cleanup, lastLine, runCli, startServe, withDeadline } from './helpers/process.ts'
+import { api, cleanup, createKey, drained, freshDataDir, lastLine, runCli, startServe, withDeadline } from './helpers/process.ts'
 
 // `burnrate` as an operator runs it: real processes on their own DATA_DIR, no mocks.
 
@@ -123,6 +123,7 @@ describe('burnrate serve refuses a bad start', () => {
     expect((await api(first.url, 'GET', '/readyz', null)).status).toBe(200)
     const ok = await api(first.url, 'POST', '/events', key, event())
     expect(ok.status).toBe(200)
+    await drained(first.url)
     expect((await api(first.url, 'GET', '/agents/events', key)).body.events.map((e: { event_id: string }) => e.event_id)).toEqual([ok.body.event_id])
     // The key commands still reach the first server through its admin socket.
     expect((await runCli(['keys', 'list'], { DATA_DIR: dataDir })).code).toBe(0)

@@ -111,16 +111,19 @@ describe('POST /events with a client event_id (safe retries)', () => {
   })
 })
 
-describe('group commit', () => {
-  it('stores concurrent events in fewer inserts than events, each answered after its batch', async () => {
+describe('the journal', () => {
+  it('answers concurrent events from shared journal writes, and ships them to ClickHouse afterwards', async () => {
     const key = await h.key(unique('u'))
-    const commitsBefore = h.services.ingest.stats.commits
+    const journal = h.services.journal!
+    const writesBefore = journal.stats.writes
     const replies = await Promise.all(Array.from({ length: 200 }, (_, i) => h.post('/events', llmCall(`a${i % 5}`), key)))
     expect(replies.every((r) => r.statusCode === 200)).toBe(true)
-    const commits = h.services.ingest.stats.commits - commitsBefore
-    expect(commits).toBeGreaterThan(0)
-    expect(commits).toBeLessThan(200 / 4)
+    const writes = journal.stats.writes - writesBefore
+    expect(writes).toBeGreaterThan(0)
+    expect(writes).toBeLessThan(200 / 4)
     const agents = (await h.get('/agents', key)).json().agents
     expect(agents.reduce((n: number, a: { llm_calls: number }) => n + a.llm_calls, 0)).toBe(200)
+    await h.flush()
+    expect((await h.get('/agents/events?limit=1000', key)).json().events).toHaveLength(200)
   })
 })

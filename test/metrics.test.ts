@@ -18,11 +18,12 @@ function sample(text: string, name: string): number {
 }
 
 describe('metrics (METRICS_PORT)', () => {
-  it('serves batch sizes, queue length, hot-state size and webhook outcomes to a scraper', async () => {
+  it('serves the journal backlog, shipped batches, hot-state size and webhook outcomes to a scraper', async () => {
     const receiver = await startReceiver()
     const key = await h.key(unique('u'))
     await h.post('/config', { agent_id: 'a', cost_threshold_usd: 0.001, slack_webhook_url: receiver.url }, key)
     await Promise.all(Array.from({ length: 30 }, () => h.post('/events', llmCall('a'), key)))
+    await h.flush()
     await h.services.webhooks.drain()
 
     const server = await serveMetrics(h.services.metrics.registry, 0, '127.0.0.1')
@@ -31,11 +32,15 @@ describe('metrics (METRICS_PORT)', () => {
       const res = await fetch(`http://127.0.0.1:${port}/metrics`)
       expect(res.status).toBe(200)
       const text = await res.text()
-      expect(sample(text, 'burnrate_ingest_batch_size_sum')).toBeGreaterThanOrEqual(30)
-      const batches = sample(text, 'burnrate_ingest_batch_size_count')
+      // 30 events and one pause transition, shipped in fewer batches than rows.
+      expect(sample(text, 'burnrate_ship_rows_total')).toBeGreaterThanOrEqual(31)
+      const batches = sample(text, 'burnrate_ship_batches_total')
       expect(batches).toBeGreaterThan(0)
       expect(batches).toBeLessThan(30)
-      expect(sample(text, 'burnrate_ingest_queue_length')).toBe(0)
+      expect(sample(text, 'burnrate_ship_lag_seconds_count')).toBeGreaterThanOrEqual(31)
+      expect(sample(text, 'burnrate_journal_backlog_rows')).toBe(0)
+      expect(sample(text, 'burnrate_journal_oldest_age_seconds')).toBe(0)
+      expect(sample(text, 'burnrate_journal_writes_total')).toBeGreaterThan(0)
       expect(sample(text, 'burnrate_hot_state_agents')).toBeGreaterThanOrEqual(1)
       expect(text).toContain('burnrate_webhook_deliveries_total{outcome="sent"} 1')
       expect((await fetch(`http://127.0.0.1:${port}/other`)).status).toBe(404)

@@ -4,7 +4,7 @@ import { connect, type Socket } from 'node:net'
 import { join } from 'node:path'
 import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { startRedis } from './helpers/redis.ts'
-import { api, createKey, freshDataDir, cleanup, nano, startServe, waitFor, withDeadline, type ServerProcess } from './helpers/process.ts'
+import { api, createKey, drained, freshDataDir, cleanup, nano, startServe, waitFor, withDeadline, type ServerProcess } from './helpers/process.ts'
 
 // DECISIONS.md: "An acknowledged event is never lost: not by a crash of the service
 // (kill -9), not by a restart". Real `burnrate serve` processes on chDB, real sockets.
@@ -90,7 +90,9 @@ interface StoredEvent {
   event_type: string
 }
 
+/** Every event ClickHouse holds for the key's user, once the journal has shipped what it holds. */
 async function storedEvents(url: string, key: string): Promise<StoredEvent[]> {
+  await drained(url)
   const res = await api(url, 'GET', '/agents/events?limit=1000', key)
   expect(res.status).toBe(200)
   return res.body.events as StoredEvent[]

@@ -3,13 +3,14 @@ import type { Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
 import { manual } from '../hot-state/policy.ts'
 import { DEFAULT_POLICY, type AgentPolicy, type HotState, type Transition } from '../hot-state/types.ts'
-import type { IngestService } from '../ingest/service.ts'
+import type { Ingest } from '../ingest/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl, maskWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody } from '../schemas/config.ts'
 import { getConfig, upsertConfig, type AgentConfigRow } from '../storage/configs.ts'
 import { agentEvents, agentHasEvents, agentTotals, costByModel, hourlyCost, recentEvents, type StoredEvent } from '../storage/events.ts'
 import { insertTransitions } from '../storage/transitions.ts'
+import { nextVersion } from '../storage/version.ts'
 import { windowStartMs } from '../window.ts'
 
 const HOUR_MS = 3_600_000
@@ -18,7 +19,7 @@ const RECENT_LOOKBACKS_MS = [HOUR_MS, 24 * HOUR_MS, 30 * 24 * HOUR_MS, Infinity]
 export interface AgentServiceDeps {
   clickhouse: ClickHouseClient
   hotState: HotState
-  ingest: IngestService
+  ingest: Ingest
   clock: Clock
   allowPrivateWebhooks: boolean
 }
@@ -75,6 +76,7 @@ export class AgentService {
     const transition: Transition = {
       ...ref,
       at: now,
+      version: nextVersion(now),
       paused: next.paused,
       reason: 'manual',
       override: next.override,
@@ -87,24 +89,23 @@ export class AgentService {
     return paused
   }
 
-  /** GET /agents: agents with events in the window, highest cost first. */
+  /**
+   * GET /agents: agents with events in the window, highest cost first. Totals, calls and
+   * pause flags are the hot state's, exactly what POST /events answers (issue 8).
+   */
   async list(userId: string) {
     const { clickhouse, hotState, clock } = this.#d
     const now = clock.now()
-    const totals = await agentTotals(clickhouse, userId, windowStartMs(now))
-    const { snapshots, transitions } = await hotState.getMany(
-      userId,
-      totals.map((t) => t.agent_id),
-      now,
-    )
+    const agentIds = (await hotState.activeAgents(userId, now)) ?? (await agentTotals(clickhouse, userId, windowStartMs(now))).map((t) => t.agent_id)
+    const { snapshots, transitions } = await hotState.getMany(userId, agentIds, now)
     if (transitions.length > 0) await this.#d.ingest.persistTransitions(transitions)
-    return totals
-      .map((t, i) => {
+    return agentIds
+      .map((agentId, i) => {
         const s = snapshots[i]!
         return {
-          agent_id: t.agent_id,
-          total_cost_usd: nanoToUsd(t.cost_nano),
-          llm_calls: t.llm_calls,
+          agent_id: agentId,
+          total_cost_usd: nanoToUsd(s.totalNano),
+          llm_calls: s.llmCalls,
           ...(s.configured ? { cost_threshold_usd: nanoToUsd(s.policy.thresholdNano) } : {}),
           is_paused: s.pause.paused,
         }
@@ -130,21 +131,22 @@ export class AgentService {
     const { clickhouse, hotState, clock } = this.#d
     const now = clock.now()
     const since = windowStartMs(now)
-    const [totals, byModel, events, config, state] = await Promise.all([
-      agentTotals(clickhouse, userId, since, agentId),
+    const [byModel, events, config, state] = await Promise.all([
       costByModel(clickhouse, userId, agentId, since),
       agentEvents(clickhouse, { userId, agentId, sinceMs: since, before: page.before, limit: page.limit }),
       getConfig(clickhouse, userId, agentId),
       hotState.get({ userId, agentId }, now),
     ])
-    await this.#mustExist(userId, agentId, totals.length > 0 || config !== null)
+    const { snapshot } = state
+    await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || config !== null)
     if (state.transition) await this.#d.ingest.persistTransitions([state.transition])
-    const total = totals[0]
     const last = events.at(-1)
     return {
       agent_id: agentId,
-      total_cost_usd: nanoToUsd(total?.cost_nano ?? 0),
-      llm_calls: total?.llm_calls ?? 0,
+      // The hot state's, as POST /events answers; the lists below come from ClickHouse and
+      // may lag an acknowledged event by the shipper's interval plus one INSERT.
+      total_cost_usd: nanoToUsd(snapshot.totalNano),
+      llm_calls: snapshot.llmCalls,
       is_paused: state.snapshot.pause.paused,
       paused_reason: state.snapshot.pause.reason,
       config: config ? formatConfig(config) : null,
@@ -166,8 +168,12 @@ export class AgentService {
     const { clickhouse, clock } = this.#d
     const currentHour = Math.floor(clock.now() / HOUR_MS) * HOUR_MS
     const first = currentHour - (hours - 1) * HOUR_MS
-    const [rows, config] = await Promise.all([hourlyCost(clickhouse, userId, agentId, first), getConfig(clickhouse, userId, agentId)])
-    await this.#mustExist(userId, agentId, rows.length > 0 || config !== null)
+    const [rows, config, state] = await Promise.all([
+      hourlyCost(clickhouse, userId, agentId, first),
+      getConfig(clickhouse, userId, agentId),
+      this.#d.hotState.get({ userId, agentId }, clock.now()),
+    ])
+    await this.#mustExist(userId, agentId, rows.length > 0 || config !== null || state.snapshot.active)
     const byHour = new Map(rows.map((r) => [r.hour_ms, r]))
     const buckets = Array.from({ length: hours }, (_, i) => {
       const hour = first + i * HOUR_MS

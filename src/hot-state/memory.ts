@@ -1,4 +1,5 @@
 import type { Nano } from '../money.ts'
+import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
 import { evaluate, manual } from './policy.ts'
 import { RollingWindow } from './window.ts'
@@ -33,6 +34,8 @@ interface AgentEntry {
  */
 export class MemoryHotState implements HotState {
   readonly #agents = new Map<string, AgentEntry>()
+  // user → the ids of their agents held in #agents (listings without a scan of every agent).
+  readonly #byUser = new Map<string, Set<string>>()
   // user\0agent\0event_id → cost, and a FIFO of the same keys by minute for amortised expiry.
   readonly #seen = new Map<string, { costNano: Nano; minute: number }>()
   readonly #seenQueue: Array<{ key: string; minute: number }> = []
@@ -56,34 +59,53 @@ export class MemoryHotState implements HotState {
   async dropClaim(): Promise<void> {}
 
   async record(events: readonly RecordInput[], now: number): Promise<RecordResult[]> {
+    return events.map((e) => this.recordNow(e, now))
+  }
+
+  /**
+   * record() for one event, synchronously: a caller that appends the result to its journal
+   * in the same synchronous block makes dedup, count, evaluate, flip and append one atomic
+   * step (no other request runs in between).
+   */
+  recordNow(e: RecordInput, now: number): RecordResult {
     const nowMinute = minuteOf(now)
     this.#expireSeen(nowMinute)
-    this.#forgetIdle(nowMinute, SWEEP_PER_BATCH)
-    return events.map((e) => {
-      const agent = this.#entry(e)
+    this.#forgetIdle(nowMinute, SWEEP_PER_ACCESS)
+    const agent = this.#entry(e)
+    agent.window.expire(nowMinute)
+    const key = seenKey(e, e.eventId)
+    const seen = this.#seen.get(key)
+    if (seen) {
+      return { counted: false, costNano: seen.costNano, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions: [] }
+    }
+    const minute = minuteOf(e.at)
+    this.#seen.set(key, { costNano: e.costNano, minute })
+    this.#seenQueue.push({ key, minute })
+    // What the expiry relaxed comes first (an override ends when the total fell back
+    // under the threshold, even if this event takes it over again), then this event.
+    const transitions: Transition[] = []
+    const relaxed = this.#evaluate(e, agent, now, false)
+    if (relaxed) transitions.push(relaxed)
+    agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
+    const crossed = this.#evaluate(e, agent, now, true)
+    if (crossed) transitions.push(crossed)
+    return { counted: true, costNano: e.costNano, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions }
+  }
+
+  async activeAgents(userId: string, now: number): Promise<string[]> {
+    const nowMinute = minuteOf(now)
+    const active: string[] = []
+    for (const agentId of this.#byUser.get(userId) ?? []) {
+      const agent = this.#agents.get(agentKey({ userId, agentId }))!
       agent.window.expire(nowMinute)
-      const key = seenKey(e, e.eventId)
-      if (this.#seen.has(key)) {
-        return { counted: false, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions: [] }
-      }
-      const minute = minuteOf(e.at)
-      this.#seen.set(key, { costNano: e.costNano, minute })
-      this.#seenQueue.push({ key, minute })
-      // What the expiry relaxed comes first (an override ends when the total fell back
-      // under the threshold, even if this event takes it over again), then this event.
-      const transitions: Transition[] = []
-      const relaxed = this.#evaluate(e, agent, now, false)
-      if (relaxed) transitions.push(relaxed)
-      agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
-      const crossed = this.#evaluate(e, agent, now, true)
-      if (crossed) transitions.push(crossed)
-      return { counted: true, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions }
-    })
+      if (!agent.window.empty) active.push(agentId)
+    }
+    return active
   }
 
   async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }> {
     const agent = this.#agents.get(agentKey(ref))
-    if (!agent) return { snapshot: { totalNano: 0, llmCalls: 0, pause: RUNNING, policy: DEFAULT_POLICY, configured: false }, transition: null }
+    if (!agent) return { snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: DEFAULT_POLICY, configured: false }, transition: null }
     agent.window.expire(minuteOf(now))
     const transition = this.#evaluate(ref, agent, now, false)
     return { snapshot: snapshotOf(agent), transition }
@@ -123,6 +145,7 @@ export class MemoryHotState implements HotState {
 
   async restore(data: RestoreData, now: number): Promise<Transition[]> {
     this.#agents.clear()
+    this.#byUser.clear()
     this.#seen.clear()
     this.#seenQueue.length = 0
     this.#seenHead = 0
@@ -166,6 +189,9 @@ export class MemoryHotState implements HotState {
     if (!agent) {
       agent = { window: new RollingWindow(), pause: RUNNING, policy: DEFAULT_POLICY, configured: false }
       this.#agents.set(key, agent)
+      let agents = this.#byUser.get(ref.userId)
+      if (!agents) this.#byUser.set(ref.userId, (agents = new Set()))
+      agents.add(ref.agentId)
     }
     return agent
   }
@@ -191,7 +217,13 @@ export class MemoryHotState implements HotState {
       }
       const [key, agent] = next.value
       agent.window.expire(nowMinute)
-      if (agent.window.empty && !agent.configured && !agent.pause.paused && !agent.pause.override) this.#agents.delete(key)
+      if (agent.window.empty && !agent.configured && !agent.pause.paused && !agent.pause.override) {
+        this.#agents.delete(key)
+        const { userId, agentId } = refOf(key)
+        const agents = this.#byUser.get(userId)
+        agents?.delete(agentId)
+        if (agents?.size === 0) this.#byUser.delete(userId)
+      }
     }
   }
 
@@ -208,7 +240,7 @@ export class MemoryHotState implements HotState {
   }
 }
 
-const SWEEP_PER_BATCH = 32
+const SWEEP_PER_ACCESS = 8
 
 function agentKey(ref: AgentRef): string {
   return `${ref.userId}\0${ref.agentId}`
@@ -225,6 +257,7 @@ function seenKey(ref: AgentRef, eventId: string): string {
 
 function snapshotOf(agent: AgentEntry): AgentSnapshot {
   return {
+    active: !agent.window.empty,
     totalNano: agent.window.totalNano,
     llmCalls: agent.window.llmCalls,
     pause: { ...agent.pause },
@@ -238,6 +271,7 @@ function transitionOf(ref: AgentRef, agent: AgentEntry, now: number, reason: Tra
     userId: ref.userId,
     agentId: ref.agentId,
     at: now,
+    version: nextVersion(now),
     paused: agent.pause.paused,
     reason,
     override: agent.pause.override,

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 import { StoreUnavailableError } from '../errors.ts'
+import { nextVersion } from '../storage/version.ts'
 import { minuteOf } from '../window.ts'
 import {
   DEFAULT_POLICY,
@@ -88,6 +89,8 @@ export class RedisHotState implements HotState {
         const [counted, total, paused, ...transitions] = reply
         return {
           counted: counted === 1,
+          // This path records only events it stored (a repeat was answered by reserve()).
+          costNano: e.costNano,
           totalNano: Number(total),
           paused: paused === 1,
           transitions: transitions.map((t) => transitionOf(e, now, t)),
@@ -116,9 +119,10 @@ export class RedisHotState implements HotState {
   async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }> {
     const k = this.#keys(ref)
     const [s, t] = (await this.#run(ref, now, () => this.#scripts.burnrateGet(k.a, k.w, k.m, now))) as GetReply
-    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured] = s
+    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active] = s
     return {
       snapshot: {
+        active: active === 1,
         totalNano: Number(total),
         llmCalls: Number(calls),
         pause: { paused: paused === 1, reason: reason === '' ? null : (reason as PauseReason), override: override === 1 },
@@ -127,6 +131,10 @@ export class RedisHotState implements HotState {
       },
       transition: t ? transitionOf(ref, now, t) : null,
     }
+  }
+
+  async activeAgents(): Promise<null> {
+    return null
   }
 
   async getMany(userId: string, agentIds: readonly string[], now: number) {
@@ -298,7 +306,7 @@ type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>
 /** {reason, paused, override, total, threshold, webhook} from lib.lua transition(). */
 type TransitionReply = [TransitionReason, number, number, string, string, string | null]
 type RecordReply = [number, string, number, ...TransitionReply[]]
-type GetReply = [[string, string, number, string, number, string, number, string | null, number], TransitionReply | null]
+type GetReply = [[string, string, number, string, number, string, number, string | null, number, number], TransitionReply | null]
 
 function claimMember(e: EventRef): string {
   return JSON.stringify([e.userId, e.agentId, e.eventId])
@@ -314,6 +322,7 @@ function transitionOf(ref: AgentRef, now: number, t: TransitionReply): Transitio
     userId: ref.userId,
     agentId: ref.agentId,
     at: now,
+    version: nextVersion(now),
     paused: paused === 1,
     reason,
     override: override === 1,

@@ -38,6 +38,8 @@ export interface Transition {
   reason: TransitionReason
   override: boolean
   totalNano: Nano
+  /** Orders an agent's transitions (newest wins at a rebuild): assigned when it is decided. */
+  version: number
   /** The policy in force when it happened (for the notification; not persisted). */
   thresholdNano: Nano
   webhookUrl: string | null
@@ -59,6 +61,8 @@ export interface RecordInput extends AgentRef {
 export interface RecordResult {
   /** False when the event id had already been counted for this user (then nothing changed). */
   counted: boolean
+  /** The cost the event is counted at: for a repeat, its first cost. */
+  costNano: Nano
   totalNano: Nano
   paused: boolean
   /** What this event changed: at most an ended override (the window expired first) and a budget pause. */
@@ -66,6 +70,8 @@ export interface RecordResult {
 }
 
 export interface AgentSnapshot {
+  /** Whether the agent has events in the window (of any type). */
+  active: boolean
   totalNano: Nano
   llmCalls: number
   pause: PauseState
@@ -130,6 +136,11 @@ export interface HotState {
   record(events: readonly RecordInput[], now: number): Promise<RecordResult[]>
   /** The agent's window and state; relaxing rules (override cleared, auto-resume) apply. */
   get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }>
+  /**
+   * The user's agents with events in the window, or null where the implementation cannot
+   * list them (Redis, until it is partitioned by user: issue 8); the caller then asks ClickHouse.
+   */
+  activeAgents(userId: string, now: number): Promise<string[] | null>
   /** Snapshots of several agents of one user (for listings). */
   getMany(userId: string, agentIds: readonly string[], now: number): Promise<{ snapshots: AgentSnapshot[]; transitions: Transition[] }>
   /** POST /config: a new policy; a changed threshold ends a manual override. */

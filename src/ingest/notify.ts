@@ -2,6 +2,15 @@ import type { Transition } from '../hot-state/types.ts'
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
 
+/** Logs each budget pause among `transitions` and sends its chat message (the others send none). */
+export function announceBudgetPauses(transitions: readonly Transition[], log: { info(obj: object, msg: string): void }, notifier: PauseNotifier): void {
+  for (const t of transitions) {
+    if (t.reason !== 'budget') continue
+    log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano) }, 'agent paused by its budget')
+    notifier.budgetPaused(t)
+  }
+}
+
 /** Tells a team that its agent was paused by its budget (SPEC.md 6). */
 export interface PauseNotifier {
   /** Returns at once: ingestion never waits on a chat service. */

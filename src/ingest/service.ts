@@ -4,24 +4,18 @@ import type { FastifyBaseLogger } from 'fastify'
 import type { Clock } from '../clock.ts'
 import { StoreUnavailableError } from '../errors.ts'
 import type { EventRef, HotState, RecordResult, Reservation, Transition } from '../hot-state/types.ts'
-import { nanoToUsd, type Nano } from '../money.ts'
+import type { Nano } from '../money.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
-import { chDateTimeToMs, toChDateTime64us } from '../storage/clickhouse.ts'
+import { chDateTimeToMs } from '../storage/clickhouse.ts'
 import { monotonicMicros } from '../storage/version.ts'
 import { eventKey, insertEvents, storedEvents, type EventRow } from '../storage/events.ts'
 import { insertTransitions } from '../storage/transitions.ts'
 import { GroupCommitter, type GroupCommitOptions } from './group-commit.ts'
-import type { PauseNotifier } from './notify.ts'
+import { eventRow } from './event-row.ts'
+import { announceBudgetPauses, type PauseNotifier } from './notify.ts'
+import type { Ingest, IngestReply } from './types.ts'
 
-/** The answer to POST /events (SPEC.md 4.1), in nano-USD until the route formats it. */
-export interface IngestReply {
-  eventId: string
-  costNano: Nano
-  paused: boolean
-  totalNano: Nano
-  duplicate: boolean
-}
 
 interface Item {
   row: EventRow
@@ -45,12 +39,14 @@ export interface IngestDeps {
 }
 
 /**
- * The write path. An event is priced, group-committed to ClickHouse with the events that
- * arrived with it, and only then counted in the hot state; the caller is answered after
- * that, so a 200 means stored. A failed insert rejects the whole batch (the routes answer
- * 503) and counts none of it, so a client retry with the same event_id is safe.
+ * The write path with REDIS_URL, until the Redis journal of issue 8 replaces it (the
+ * embedded mode already answers from its journal: journaled.ts). An event is priced,
+ * group-committed to ClickHouse with the events that arrived with it, and only then counted
+ * in the hot state; the caller is answered after that, so a 200 means stored. A failed
+ * insert rejects the whole batch (the routes answer 503) and counts none of it, so a client
+ * retry with the same event_id is safe.
  */
-export class IngestService {
+export class IngestService implements Ingest {
   readonly #deps: IngestDeps
   readonly #committer: GroupCommitter<Item, RecordResult>
   // Requests in flight per user+agent+event_id: a concurrent repeat waits for the first.
@@ -96,31 +92,7 @@ export class IngestService {
     if (claim.state === 'done') return this.#replay(userId, e.agent_id, eventId, claim.costNano)
     const micros = this.#receivedAt(this.#deps.clock.now())
     const at = Math.floor(micros / 1000)
-    const priced =
-      e.event_type === 'llm_call'
-        ? this.#deps.prices.cost(e.model!, {
-            input_tokens: e.input_tokens,
-            output_tokens: e.output_tokens,
-            cache_read_tokens: e.cache_read_tokens,
-            cache_write_tokens: e.cache_write_tokens,
-          })
-        : { costNano: 0, fallback: false }
-    const row: EventRow = {
-      user_id: userId,
-      agent_id: e.agent_id,
-      timestamp: toChDateTime64us(micros),
-      event_id: eventId,
-      event_type: e.event_type,
-      model: e.model ?? '',
-      input_tokens: e.input_tokens,
-      output_tokens: e.output_tokens,
-      cache_read_tokens: e.cache_read_tokens,
-      cache_write_tokens: e.cache_write_tokens,
-      tool_name: e.tool_name ?? null,
-      metadata: e.metadata ? JSON.stringify(e.metadata) : '',
-      cost_nano: priced.costNano,
-      price_fallback: priced.fallback,
-    }
+    const row = eventRow(this.#deps.prices, userId, eventId, e, micros)
     // A batch that failed may have been stored all the same (a ClickHouse server that timed
     // out after writing): its retry here looks before storing, as a takeover does.
     const key = eventKey(row)
@@ -203,10 +175,6 @@ export class IngestService {
     } catch (err) {
       this.#deps.log.error({ err, count: transitions.length }, 'could not store pause transitions')
     }
-    for (const t of transitions) {
-      if (t.reason !== 'budget') continue
-      this.#deps.log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano) }, 'agent paused by its budget')
-      this.#deps.notifier.budgetPaused(t)
-    }
+    announceBudgetPauses(transitions, this.#deps.log, this.#deps.notifier)
   }
 }

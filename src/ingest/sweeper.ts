@@ -4,7 +4,7 @@ import type { Clock } from '../clock.ts'
 import type { HotState } from '../hot-state/types.ts'
 import { chDateTimeToMs } from '../storage/clickhouse.ts'
 import { eventKey, storedEvents } from '../storage/events.ts'
-import type { IngestService } from './service.ts'
+import type { Ingest } from './types.ts'
 
 /**
  * Older than the longest an INSERT may take (the client's 30 s request timeout), so a claim
@@ -22,7 +22,7 @@ export const STALE_CLAIM_MS = 120_000
 export async function sweepStaleClaims(deps: {
   clickhouse: ClickHouseClient
   hotState: HotState
-  ingest: IngestService
+  ingest: Ingest
   clock: Clock
   limit?: number
 }): Promise<number> {

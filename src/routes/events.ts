@@ -1,12 +1,12 @@
 import type { FastifyPluginAsync } from 'fastify'
-import type { IngestService } from '../ingest/service.ts'
+import type { Ingest } from '../ingest/types.ts'
 import { nanoToUsd } from '../money.ts'
 import { eventBody } from '../schemas/event.ts'
 import { parse, principal } from './parse.ts'
 import type { RouteLimits } from './limits.ts'
 
 export const eventsRoutes =
-  (ingest: IngestService, limits: RouteLimits): FastifyPluginAsync =>
+  (ingest: Ingest, limits: RouteLimits): FastifyPluginAsync =>
   async (app) => {
     app.post('/events', { config: { rateLimit: limits.events } }, async (request) => {
       const event = parse(eventBody, request.body, 'invalid_body')

@@ -2,21 +2,35 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { FastifyPluginAsync } from 'fastify'
 import { Problem } from '../errors.ts'
 import type { HotState } from '../hot-state/types.ts'
+import type { JournalBacklog } from '../journal/types.ts'
 
-/** For load balancers: no key. /healthz: the process answers. /readyz: its stores answer. */
+/**
+ * For load balancers: no key. /healthz: the process answers. /readyz: it can take events.
+ * With the journal (issue 8) ClickHouse is not needed for that: its state is reported, with
+ * the backlog the journal holds for it, and only a hot state that does not answer or a full
+ * journal makes the instance unready.
+ */
 export const healthRoutes =
-  (clickhouse: ClickHouseClient, hotState: HotState): FastifyPluginAsync =>
+  (clickhouse: ClickHouseClient, hotState: HotState, journal: { backlog(): JournalBacklog; readonly backlogFull: boolean } | null): FastifyPluginAsync =>
   async (app) => {
     app.get('/healthz', async () => ({ ok: true }))
 
-    app.get('/readyz', async () => {
+    app.get('/readyz', async (_request, reply) => {
       const [ch, hot] = await Promise.allSettled([clickhouse.ping(), hotState.ping()])
       const clickhouseUp = ch.status === 'fulfilled' && ch.value.success
       const hotUp = hot.status === 'fulfilled'
-      if (!clickhouseUp || !hotUp) {
-        const down = [clickhouseUp ? null : 'clickhouse', hotUp ? null : 'hot state'].filter(Boolean).join(' and ')
-        throw new Problem('store_unavailable', `${down} not answering`, { retryAfter: 1 })
+      // Without a journal (REDIS_URL, until issue 8 journals it) an event needs ClickHouse.
+      const down = [hotUp ? null : 'hot state', clickhouseUp || journal ? null : 'clickhouse'].filter(Boolean)
+      if (down.length > 0) throw new Problem('store_unavailable', `${down.join(' and ')} not answering`, { retryAfter: 1 })
+      const body = { ok: true, clickhouse: clickhouseUp ? 'up' : 'down', hot_state: 'up', ...(journal ? { journal: journalState(journal.backlog()) } : {}) }
+      if (journal?.backlogFull) {
+        reply.header('retry-after', '5')
+        return reply.status(503).send({ ...body, ok: false })
       }
-      return { ok: true, clickhouse: 'up', hot_state: 'up' }
+      return body
     })
   }
+
+function journalState(b: JournalBacklog) {
+  return { rows: b.rows, bytes: b.bytes, oldest_age_seconds: b.oldestAt === null ? 0 : Math.max(0, (Date.now() - b.oldestAt) / 1000) }
+}

@@ -5,7 +5,6 @@ import type { Nano } from '../money.ts'
 import { chDateTimeToMs, toChDateTime } from './clickhouse.ts'
 import { agentFilter } from './events.ts'
 import { insert, select } from './query.ts'
-import { nextVersion } from './version.ts'
 
 /** A row of pause_transitions as burnrate writes it. */
 export interface TransitionRow {
@@ -20,13 +19,12 @@ export interface TransitionRow {
   total_nano: Nano
 }
 
-/** The row of a transition decided now (versions grow within this process). */
 export function transitionRow(t: Transition): TransitionRow {
   return {
     user_id: t.userId,
     agent_id: t.agentId,
     at: toChDateTime(t.at),
-    version: nextVersion(t.at),
+    version: t.version,
     is_paused: t.paused,
     reason: t.reason,
     override: t.override,

@@ -16,6 +16,8 @@ export interface Harness {
   key(user: string, opts?: { rateLimit?: number }): Promise<string>
   post(path: string, body: unknown, key: string | null): Promise<LightMyRequestResponse>
   get(path: string, key: string | null): Promise<LightMyRequestResponse>
+  /** Ships the journal to ClickHouse now, for reads of event lists, breakdowns and hourly buckets. */
+  flush(): Promise<void>
   close(): Promise<void>
 }
 
@@ -39,6 +41,9 @@ export async function startHarness(opts: { clock?: Clock; env?: Record<string, s
   const app = await buildApp({ ...services, log })
   await app.ready()
   const headers = (key: string | null) => (key === null ? {} : { 'x-api-key': key })
+  const flush = async () => {
+    if (services.shipper && !(await services.shipper.flush(10_000))) throw new Error('the journal did not ship within 10 s')
+  }
   return {
     app,
     services,
@@ -48,11 +53,27 @@ export async function startHarness(opts: { clock?: Clock; env?: Record<string, s
     },
     post: (url, body, key) =>
       app.inject({ method: 'POST', url, headers: { ...headers(key), 'content-type': 'application/json' }, payload: JSON.stringify(body) }),
-    get: (url, key) => app.inject({ method: 'GET', url, headers: headers(key) }),
+    // Reads see every acknowledged event: the journal is shipped first (the lag of event
+    // lists behind POST /events is the journal's and the shipper's own tests' subject).
+    get: async (url, key) => {
+      await flush()
+      return app.inject({ method: 'GET', url, headers: headers(key) })
+    },
+    flush,
     async close() {
       await app.close()
       await services.close()
     },
+  }
+}
+
+/** Takes the events table away for real while `fn` runs, so ClickHouse refuses the shipper's INSERTs. */
+export async function withEventsTableGone<T>(h: Harness, fn: () => Promise<T>): Promise<T> {
+  await h.services.clickhouse.command({ query: 'RENAME TABLE events TO events_offline' })
+  try {
+    return await fn()
+  } finally {
+    await h.services.clickhouse.command({ query: 'RENAME TABLE events_offline TO events' })
   }
 }
 

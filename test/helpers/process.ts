@@ -34,6 +34,10 @@ const BURNRATE_ENV = [
   'WEBHOOK_TIMEOUT_MS',
   'BATCH_MAX_ROWS',
   'BATCH_MAX_WAIT_MS',
+  'JOURNAL_FSYNC',
+  'JOURNAL_MAX_ROWS',
+  'SHIP_INTERVAL_MS',
+  'SHIP_MAX_ROWS',
   'KEY_CACHE_TTL_MS',
   'TRUST_PROXY',
 ]
@@ -120,7 +124,8 @@ export interface ServerProcess {
  */
 export async function startServe(dataDir: string, env: Record<string, string> = {}, ms = 20_000): Promise<ServerProcess> {
   const child = spawn(process.execPath, [BIN, 'serve'], {
-    env: childEnv({ DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', ...env }),
+    // A short shipping interval keeps the tests that read event lists quick (default 1 s).
+    env: childEnv({ DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', SHIP_INTERVAL_MS: '50', ...env }),
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   const exited = track(child)
@@ -279,6 +284,22 @@ export function api(url: string, method: 'GET' | 'POST', path: string, key: stri
     req.on('error', reject)
     req.end(payload)
   })
+}
+
+/**
+ * Waits until the server's journal holds nothing not yet in ClickHouse (its /readyz says so),
+ * so event lists, breakdowns and hourly buckets show every acknowledged event. A server
+ * without a journal (REDIS_URL) answers at once.
+ */
+export async function drained(url: string, ms = 10_000): Promise<void> {
+  await waitFor(
+    async () => {
+      const res = await api(url, 'GET', '/readyz', null)
+      return res.status === 200 && (res.body.journal?.rows ?? 0) === 0 ? true : undefined
+    },
+    ms,
+    'the journal to drain into ClickHouse',
+  )
 }
 
 /** Polls `check` every 25 ms until it returns something other than undefined; throws after `ms`. */

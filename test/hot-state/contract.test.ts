@@ -183,7 +183,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
 })
 
 describe('memory hot state', () => {
-  it('forgets agents with nothing left to keep, a few per batch, and keeps configured ones', async () => {
+  it('forgets agents with nothing left to keep, a few per event, and keeps configured ones', async () => {
     const hs = new MemoryHotState()
     await hs.setPolicy({ userId: 'u', agentId: 'kept' }, policy(1), T0)
     await hs.record(
@@ -192,7 +192,7 @@ describe('memory hot state', () => {
     )
     const later = T0 + 24 * 60 * MINUTE_MS
     // Each batch visits a bounded number of agents; enough batches visit them all.
-    for (let i = 0; i < 10; i++) await hs.record([ev(1, later, { agentId: 'live' })], later)
+    for (let i = 0; i < 20; i++) await hs.record([ev(1, later, { agentId: 'live' })], later)
     expect(hs.size).toBe(2) // 'kept' (configured) and 'live'
   })
 })

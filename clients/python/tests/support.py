@@ -97,6 +97,8 @@ class BurnrateServer:
             # Per-key limits of reads and config are not under test here (429 is, via a proxy).
             READS_RATE_LIMIT="100000",
             CONFIG_RATE_LIMIT="100000",
+            # Event lists trail POST /events by the shipping interval (1 s by default).
+            SHIP_INTERVAL_MS="50",
         )
         return env
 
@@ -182,7 +184,20 @@ class Api:
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"null")
 
+    def drained(self, deadline: float = 10.0) -> None:
+        """Waits until /readyz says the journal holds nothing not yet readable in ClickHouse."""
+        end = time.monotonic() + deadline
+        while True:
+            status, body = self.call("GET", "/readyz")
+            if status == 200 and (body.get("journal") or {}).get("rows", 0) == 0:
+                return
+            if time.monotonic() > end:
+                raise AssertionError("the journal did not drain within %.0f s: %d %r" % (deadline, status, body))
+            time.sleep(0.025)
+
     def agent(self, agent_id: str) -> Dict[str, Any]:
+        """The agent as burnrate shows it, once every acknowledged event is readable."""
+        self.drained()
         status, body = self.call("GET", "/agents/" + urllib.parse.quote(agent_id, safe=""))
         if status != 200:
             raise AssertionError("GET /agents/%s: %d %r" % (agent_id, status, body))

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
-import { api, cleanup, createKey, freshDataDir, nano, startServe, waitFor, type ServerProcess } from '../../../test/helpers/process.ts'
+import { api, cleanup, createKey, drained, freshDataDir, nano, startServe, waitFor, type ServerProcess } from '../../../test/helpers/process.ts'
 import { startReceiver, type Receiver } from '../../../test/helpers/receiver.ts'
 import { Burnrate, BurnrateError, fromAnthropic, fromOpenAIChat, fromOpenAIResponses, type BurnrateOptions } from '../src/index.ts'
 import { deadPort, startProxy, type Proxy } from './helpers/proxy.ts'
@@ -75,7 +75,9 @@ function make(agentId: string, opts: Partial<BurnrateOptions> = {}): { c: Burnra
 }
 
 /** GET /agents/{id} straight from the server. */
+/** The agent as burnrate shows it, once every acknowledged event is readable (its events list included). */
 async function agent(agentId: string) {
+  await drained(server.url)
   return api(server.url, 'GET', `/agents/${encodeURIComponent(agentId)}`, key)
 }
 

@@ -2,7 +2,7 @@
 -- pause). KEYS[1] :a  KEYS[2] :w  KEYS[3] :m  (see lib.lua)
 -- ARGV[1] now (ms)
 -- Returns NEEDS_LOAD, or {{total, calls, paused, reason, override, threshold, auto_resume,
--- webhook, configured}, transition or nil}.
+-- webhook, configured, active}, transition or nil}.
 if not loaded() then return NEEDS_LOAD end
 local st = read_state()
 expire(st, minute_of(tonumber(ARGV[1])))
@@ -12,6 +12,7 @@ local relaxed = evaluate(st, false)
 if st.dirty or relaxed then save_state(st) end
 return {
   { fmt(st.total), fmt(st.calls), st.paused and 1 or 0, st.reason, st.override and 1 or 0,
-    st.threshold_s, st.auto_resume and 1 or 0, st.webhook or false, st.configured and 1 or 0 },
+    st.threshold_s, st.auto_resume and 1 or 0, st.webhook or false, st.configured and 1 or 0,
+    redis.call('LLEN', M) > 0 and 1 or 0 },
   relaxed and transition(st, relaxed) or false,
 }
