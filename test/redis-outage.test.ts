@@ -21,7 +21,7 @@ describe('a Redis outage', () => {
     await h.post('/config', { agent_id: 'a', cost_threshold_usd: 2 * LLM_CALL_USD }, key)
     expect((await h.post('/events', llmCall('a'), key)).json()).toMatchObject({ paused: false, total_cost_24h: LLM_CALL_USD })
 
-    await redis.stop() // a Redis without persistence: it comes back empty
+    await redis.stop() // it comes back on a new directory: empty, as a Redis whose data was lost
     const during = await h.post('/events', llmCall('a'), key)
     expect(during.statusCode).toBe(503)
     expect(during.headers['retry-after']).toBe('1')

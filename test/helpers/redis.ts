@@ -1,7 +1,9 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { createServer } from 'node:net'
+import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { Redis } from 'ioredis'
 
 const REDIS_SERVER = '/usr/bin/redis-server'
@@ -9,13 +11,16 @@ const READY_MS = 10_000
 
 /**
  * A redis-server of the test file's own (one per file, in beforeAll), on a free port of
- * 127.0.0.1, with persistence off: tests never share or keep Redis state.
+ * 127.0.0.1, with the persistence production needs (DECISIONS.md: AOF, appendfsync
+ * everysec) in a directory of its own: tests never share Redis state, and a test that
+ * restarts it on the same `dir` finds what it held.
  */
-export async function startRedis(opts: { port?: number } = {}): Promise<{ url: string; port: number; redis: Redis; stop(): Promise<void> }> {
+export async function startRedis(opts: { port?: number; dir?: string } = {}): Promise<{ url: string; port: number; dir: string; redis: Redis; stop(): Promise<void> }> {
   const port = opts.port ?? (await freePort())
+  const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'burnrate-redis-'))
   const child = spawn(
     REDIS_SERVER,
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', tmpdir(), '--daemonize', 'no'],
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'everysec', '--dir', dir, '--daemonize', 'no'],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   )
   const exited = once(child, 'exit')
@@ -55,11 +60,11 @@ export async function startRedis(opts: { port?: number } = {}): Promise<{ url: s
   return {
     url,
     port,
+    dir,
     redis,
     async stop() {
       await redis.quit()
       if (child.exitCode === null && child.signalCode === null) {
-        // With persistence off, SIGTERM is a SHUTDOWN NOSAVE.
         child.kill('SIGTERM')
         await exited
       }
