@@ -151,7 +151,7 @@ export async function openServices(
   if (subscriber) {
     watch(subscriber, log)
     await subscriber.subscribe(KEY_REVOKED_CHANNEL)
-    subscriber.on('message', (_channel: string, hash: string) => keys.forget(hash))
+    subscriber.on('message', (_channel: string, hash: string) => keys.revoked(hash))
   }
 
   return {

@@ -53,9 +53,12 @@ export class ApiKeys {
     this.#onRevoked = opts.onRevoked
   }
 
-  /** Drops a cached verification, so the next request with that key reads ClickHouse. */
-  forget(keyHash: string): void {
-    this.#cache.delete(keyHash)
+  /**
+   * A key revoked through another instance (Redis pub/sub): it stops working here at once,
+   * without a read of ClickHouse (which may be the very thing that is away).
+   */
+  revoked(keyHash: string): void {
+    this.#cache.set(keyHash, { principal: Promise.resolve(null), at: this.#clock.now() })
   }
 
   async create(userId: string, opts: { name?: string; rateLimit?: number | null } = {}): Promise<CreatedKey> {
@@ -93,7 +96,11 @@ export class ApiKeys {
 
   /**
    * The principal of a presented key, or null. Answers from a cache that is re-read
-   * after `cacheTtlMs`, so a key revoked by another instance stops working within that.
+   * after `cacheTtlMs`, so a key revoked by a process without Redis (the CLI straight on
+   * ClickHouse) stops working within that; revocations through a server are immediate.
+   * When the re-read fails (ClickHouse away), the last answer holds and is read again a TTL
+   * later: POST /events never needs ClickHouse for a key it has verified before (issue 8).
+   * A key never verified still needs one read; while ClickHouse is away that is a 503.
    */
   async verify(key: string): Promise<Principal | null> {
     if (!key.startsWith(KEY_PREFIX) || key.length > 200) return null
@@ -101,13 +108,21 @@ export class ApiKeys {
     const now = this.#clock.now()
     const hit = this.#cache.get(hash)
     if (hit && now - hit.at < this.#ttlMs) return hit.principal
-    const principal = findKeyByHash(this.#client, hash).then((record) =>
-      record && safeEqual(record.keyHash, hash) ? principalOf(record) : null,
+    const known = hit?.principal
+    const principal = findKeyByHash(this.#client, hash).then(
+      (record) => (record && safeEqual(record.keyHash, hash) ? principalOf(record) : null),
+      (err: unknown) => {
+        if (known === undefined) {
+          // Not remembered: the next request asks again.
+          if (this.#cache.get(hash)?.principal === principal) this.#cache.delete(hash)
+          throw err
+        }
+        return known
+      },
     )
-    if (this.#cache.size >= 100_000) this.#cache.clear()
+    if (!hit && this.#cache.size >= 100_000) this.#cache.clear()
+    // Concurrent requests with this key share this one read.
     this.#cache.set(hash, { principal, at: now })
-    // A failed lookup is not remembered: the next request asks again.
-    principal.catch(() => this.#cache.delete(hash))
     return principal
   }
 }

@@ -1,0 +1,65 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { ClickHouseClient } from '@clickhouse/client'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ApiKeys, hashKey } from '../../src/auth/api-keys.ts'
+import { ManualClock } from '../../src/clock.ts'
+import { StoreUnavailableError } from '../../src/errors.ts'
+import { createClickHouse } from '../../src/storage/clickhouse.ts'
+import { migrate } from '../../src/storage/migrations.ts'
+
+// Issue 8: nothing on the path of POST /events may need ClickHouse, key verification included.
+let clickhouse: ClickHouseClient
+beforeAll(async () => {
+  clickhouse = createClickHouse({ clickhouse: { kind: 'embedded', path: join(mkdtempSync(join(tmpdir(), 'burnrate-keys-')), 'ch') }, clickhouseDatabase: 'default' })
+  await migrate(clickhouse)
+})
+afterAll(() => clickhouse?.close())
+
+/** ClickHouse refusing every key look-up for real, while `fn` runs. */
+async function withKeysTableGone(fn: () => Promise<void>): Promise<void> {
+  await clickhouse.command({ query: 'RENAME TABLE api_keys TO api_keys_away' })
+  try {
+    await fn()
+  } finally {
+    await clickhouse.command({ query: 'RENAME TABLE api_keys_away TO api_keys' })
+  }
+}
+
+describe('API key verification while ClickHouse is away', () => {
+  it('keeps a verified key working past its cache TTL, and reads it again once ClickHouse answers', async () => {
+    const clock = new ManualClock()
+    const creator = new ApiKeys(clickhouse, { clock, cacheTtlMs: 0 })
+    const { key, record } = await creator.create('alice')
+    const keys = new ApiKeys(clickhouse, { clock, cacheTtlMs: 5000 }) // another instance: not created here
+    const principal = { keyId: record.keyId, userId: 'alice', rateLimit: null }
+    expect(await keys.verify(key)).toEqual(principal)
+
+    const unknown = (await creator.create('bob')).key // never verified by `keys`
+    await withKeysTableGone(async () => {
+      clock.advance(60_000)
+      expect(await keys.verify(key)).toEqual(principal)
+      clock.advance(60_000)
+      expect(await keys.verify(key)).toEqual(principal)
+      await expect(keys.verify(unknown)).rejects.toBeInstanceOf(StoreUnavailableError)
+    })
+    await creator.revoke(record.keyId)
+    clock.advance(60_000)
+    expect(await keys.verify(key)).toBeNull() // read again, and the revocation is seen
+    expect(await keys.verify(unknown)).toMatchObject({ userId: 'bob' })
+  })
+
+  it('stops a key at once when another instance says it was revoked, ClickHouse away or not', async () => {
+    const clock = new ManualClock()
+    const keys = new ApiKeys(clickhouse, { clock, cacheTtlMs: 5000 })
+    const { key } = await keys.create('carol')
+    expect(await keys.verify(key)).toMatchObject({ userId: 'carol' })
+    await withKeysTableGone(async () => {
+      keys.revoked(hashKey(key))
+      expect(await keys.verify(key)).toBeNull()
+      clock.advance(60_000)
+      await expect(keys.verify(key)).resolves.toBeNull()
+    })
+  })
+})
