@@ -110,7 +110,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   )
 
   app.setErrorHandler((err: FastifyError, request, reply) => {
-    const problem = toProblem(err)
+    const problem = toProblem(err, request)
     if (problem.status >= 500) request.log.error({ err }, problem.message)
     return sendProblem(reply, problem)
   })
@@ -132,13 +132,14 @@ function sendProblem(reply: FastifyReply, problem: Problem): FastifyReply {
   return reply.status(problem.status).type('application/problem+json').send(problem.toBody())
 }
 
-function toProblem(err: FastifyError): Problem {
+function toProblem(err: FastifyError, request: FastifyRequest): Problem {
   if (err instanceof Problem) return err
   if (err instanceof JournalFullError) {
     return new Problem('journal_full', `${err.message}; ClickHouse is behind, retry with the same event_id`, { retryAfter: 5, cause: err })
   }
   if (err instanceof StoreUnavailableError) {
-    return new Problem('store_unavailable', 'the event store is unavailable; retry with the same event_id', { retryAfter: 1, cause: err })
+    const retry = request.method === 'POST' && request.routeOptions.url === '/events' ? 'retry with the same event_id' : 'retry'
+    return new Problem('store_unavailable', `${err.store} is unavailable; ${retry}`, { retryAfter: 1, cause: err })
   }
   const code = err.code ? FASTIFY_CODES[err.code] : undefined
   if (code) return new Problem(code, err.message)

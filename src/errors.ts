@@ -63,10 +63,19 @@ export class Problem extends Error {
   }
 }
 
-/** Thrown by storage when ClickHouse cannot take a write or answer a read. */
+export type Store = 'ClickHouse' | 'Redis'
+
+/**
+ * A store that does not answer (unreachable, timing out, overloaded, read-only during a
+ * failover): the request may succeed later, so it is answered 503 with Retry-After, naming
+ * the store. A store that answers with an error about the request itself (a query or
+ * script defect) is not this: that error passes through and is answered 500 (issue 8).
+ */
 export class StoreUnavailableError extends Error {
-  constructor(message: string, opts?: { cause?: unknown }) {
+  readonly store: Store
+  constructor(store: Store, message: string, opts?: { cause?: unknown }) {
     super(message, opts)
     this.name = 'StoreUnavailableError'
+    this.store = store
   }
 }

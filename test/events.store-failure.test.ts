@@ -23,6 +23,10 @@ describe('POST /events while ClickHouse refuses to store', () => {
       const again = await h.post('/events', llmCall('a', { event_id: ids[0] }), key)
       expect(again.json()).toMatchObject({ duplicate: true, cost_usd: LLM_CALL_USD })
       expect(journal.backlog().rows).toBeGreaterThanOrEqual(20)
+      // A read of the missing table is a defect of the deployment, not an outage: 500, no retry.
+      const read = await h.app.inject({ method: 'GET', url: '/agents/events', headers: { 'x-api-key': key } })
+      expect(read.statusCode).toBe(500)
+      expect(read.headers['retry-after']).toBeUndefined()
     })
     await h.flush()
     expect(journal.backlog().rows).toBe(0)

@@ -25,9 +25,10 @@ describe('a Redis outage', () => {
     const during = await h.post('/events', llmCall('a'), key)
     expect(during.statusCode).toBe(503)
     expect(during.headers['retry-after']).toBe('1')
-    expect(during.json()).toMatchObject({ code: 'store_unavailable' })
+    expect(during.json()).toMatchObject({ code: 'store_unavailable', detail: 'Redis is unavailable; retry with the same event_id' })
     const read = await h.get('/agents', key)
     expect(read.statusCode).toBe(503) // no pause flag to show: no answer rather than a wrong one
+    expect(read.json()).toMatchObject({ code: 'store_unavailable', detail: 'Redis is unavailable; retry' })
     expect((await h.get('/readyz', null)).statusCode).toBe(503)
 
     redis = await startRedis({ port: redis.port })
@@ -48,5 +49,21 @@ describe('a Redis outage', () => {
     const after = (await h.post('/events', llmCall('a'), key)).json()
     expect(after.total_cost_24h).toBeCloseTo((stored + 1) * LLM_CALL_USD, 12)
     expect(after.paused).toBe(stored + 1 > 2)
+  })
+})
+
+describe('a defect is not an outage', () => {
+  it('answers 500, never a retry, when a script meets a key it cannot use', async () => {
+    const key = await h.key(unique('u'))
+    expect((await h.post('/events', llmCall('wrongtype'), key)).statusCode).toBe(200)
+    // Another program wrote a string where burnrate keeps the agent's hash: every script on it fails.
+    const keys = await redis.redis.keys('br:hs:*wrongtype*:a')
+    expect(keys).toHaveLength(1)
+    await redis.redis.set(keys[0]!, 'not a hash')
+    const res = await h.post('/events', llmCall('wrongtype'), key)
+    expect(res.statusCode).toBe(500)
+    expect(res.headers['retry-after']).toBeUndefined()
+    expect(res.json()).toMatchObject({ code: 'internal' })
+    await redis.redis.del(keys[0]!)
   })
 })

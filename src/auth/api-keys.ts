@@ -1,6 +1,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { Clock } from '../clock.ts'
+import { StoreUnavailableError } from '../errors.ts'
 import { findKeyByHash, findKeyById, listKeys, saveKey, type ApiKeyRecord } from '../storage/keys.ts'
 
 /** What a request is allowed to act as, once its key is verified. */
@@ -112,7 +113,8 @@ export class ApiKeys {
     const principal = findKeyByHash(this.#client, hash).then(
       (record) => (record && safeEqual(record.keyHash, hash) ? principalOf(record) : null),
       (err: unknown) => {
-        if (known === undefined) {
+        // Only an outage is ridden out; a defect (a 500) is not hidden behind an old answer.
+        if (known === undefined || !(err instanceof StoreUnavailableError)) {
           // Not remembered: the next request asks again.
           if (this.#cache.get(hash)?.principal === principal) this.#cache.delete(hash)
           throw err

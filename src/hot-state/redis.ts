@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 import { StoreUnavailableError } from '../errors.ts'
+import { redisFailure } from '../storage/failures.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf } from '../window.ts'
 import {
@@ -197,10 +198,10 @@ export class RedisHotState implements HotState {
   async #run(ref: AgentRef, now: number, call: () => Promise<unknown>): Promise<unknown> {
     const first = await unavailableOnError(call)
     if (first !== NEEDS_LOAD) return first
-    await unavailableOnError(() => this.#ensureLoaded(ref, now))
+    await this.#ensureLoaded(ref, now) // ClickHouse's failures are classified as ClickHouse's
     const second = await unavailableOnError(call)
     // Only an agent expiring or flushed between the load and the retry gets here.
-    if (second === NEEDS_LOAD) throw new StoreUnavailableError(`hot state for agent ${ref.agentId} was lost while loading it`)
+    if (second === NEEDS_LOAD) throw new StoreUnavailableError('Redis', `hot state for agent ${ref.agentId} was lost while loading it`)
     return second
   }
 
@@ -215,7 +216,7 @@ export class RedisHotState implements HotState {
     if (!loading) {
       loading = this.#loader(ref, now)
         .then(async (load) => {
-          await this.#install(ref, load, now, false)
+          await unavailableOnError(() => this.#install(ref, load, now, false))
         })
         .finally(() => this.#loading.delete(id))
       this.#loading.set(id, loading)
@@ -332,15 +333,11 @@ function transitionOf(ref: AgentRef, now: number, t: TransitionReply): Transitio
   }
 }
 
-/**
- * Redis refusing or unreachable is a store outage: the routes answer 503 with Retry-After
- * and the client retries, instead of a 500. (ClickHouse errors of a load already are.)
- */
+/** Redis not answering is a store outage (503 naming Redis); an error reply about the script itself is a defect (500). */
 async function unavailableOnError<T>(call: () => Promise<T>): Promise<T> {
   try {
     return await call()
   } catch (err) {
-    if (err instanceof StoreUnavailableError) throw err
-    throw new StoreUnavailableError('Redis did not answer', { cause: err })
+    throw redisFailure(err)
   }
 }

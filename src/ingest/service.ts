@@ -119,7 +119,7 @@ export class IngestService implements Ingest {
       const [claim] = await this.#deps.hotState.reserve([ref], this.#token, this.#deps.clock.now())
       if (claim!.state !== 'busy') return claim!
       if (performance.now() > deadline) {
-        throw new StoreUnavailableError('the same event is being stored by another instance; retry with the same event_id')
+        throw new StoreUnavailableError('Redis', 'the same event is being stored by another instance; retry with the same event_id')
       }
       await new Promise((r) => setTimeout(r, delay))
     }

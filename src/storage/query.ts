@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { z } from 'zod'
-import { StoreUnavailableError } from '../errors.ts'
+import { clickhouseFailure } from './failures.ts'
 
 /**
  * Runs one parameterised SELECT ({name:Type} placeholders, values bound by ClickHouse,
@@ -18,7 +18,7 @@ export async function select<S extends z.ZodType>(
     const rs = await client.query({ query, query_params, format: 'JSONEachRow' })
     rows = await rs.json()
   } catch (err) {
-    throw new StoreUnavailableError('ClickHouse query failed', { cause: err })
+    throw clickhouseFailure(err, 'query')
   }
   return rows.map((r) => row.parse(r))
 }
@@ -35,6 +35,6 @@ export async function insert(client: ClickHouseClient, table: string, values: re
   try {
     await client.insert({ table, values: values as object[], format: 'JSONEachRow', clickhouse_settings: { insert_deduplication_token: token } })
   } catch (err) {
-    throw new StoreUnavailableError(`ClickHouse insert into ${table} failed`, { cause: err })
+    throw clickhouseFailure(err, `insert into ${table}`)
   }
 }

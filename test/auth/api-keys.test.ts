@@ -1,6 +1,3 @@
-import { mkdtempSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ApiKeys, hashKey } from '../../src/auth/api-keys.ts'
@@ -8,22 +5,29 @@ import { ManualClock } from '../../src/clock.ts'
 import { StoreUnavailableError } from '../../src/errors.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { migrate } from '../../src/storage/migrations.ts'
+import { startClickHouseServer } from '../helpers/clickhouse-server.ts'
 
 // Issue 8: nothing on the path of POST /events may need ClickHouse, key verification included.
+// A ClickHouse server (the real engine behind the HTTP interface) that can go away for real.
+let server: Awaited<ReturnType<typeof startClickHouseServer>>
 let clickhouse: ClickHouseClient
 beforeAll(async () => {
-  clickhouse = createClickHouse({ clickhouse: { kind: 'embedded', path: join(mkdtempSync(join(tmpdir(), 'burnrate-keys-')), 'ch') }, clickhouseDatabase: 'default' })
+  server = await startClickHouseServer()
+  clickhouse = createClickHouse({ clickhouse: { kind: 'server', url: server.url }, clickhouseDatabase: 'default' })
   await migrate(clickhouse)
 })
-afterAll(() => clickhouse?.close())
+afterAll(async () => {
+  await clickhouse?.close()
+  await server?.stop()
+})
 
-/** ClickHouse refusing every key look-up for real, while `fn` runs. */
-async function withKeysTableGone(fn: () => Promise<void>): Promise<void> {
-  await clickhouse.command({ query: 'RENAME TABLE api_keys TO api_keys_away' })
+/** ClickHouse down (connections refused) while `fn` runs, then back with its data. */
+async function withClickHouseDown(fn: () => Promise<void>): Promise<void> {
+  await server.stop()
   try {
     await fn()
   } finally {
-    await clickhouse.command({ query: 'RENAME TABLE api_keys_away TO api_keys' })
+    server = await startClickHouseServer({ path: server.path, port: server.port })
   }
 }
 
@@ -37,7 +41,7 @@ describe('API key verification while ClickHouse is away', () => {
     expect(await keys.verify(key)).toEqual(principal)
 
     const unknown = (await creator.create('bob')).key // never verified by `keys`
-    await withKeysTableGone(async () => {
+    await withClickHouseDown(async () => {
       clock.advance(60_000)
       expect(await keys.verify(key)).toEqual(principal)
       clock.advance(60_000)
@@ -55,7 +59,7 @@ describe('API key verification while ClickHouse is away', () => {
     const keys = new ApiKeys(clickhouse, { clock, cacheTtlMs: 5000 })
     const { key } = await keys.create('carol')
     expect(await keys.verify(key)).toMatchObject({ userId: 'carol' })
-    await withKeysTableGone(async () => {
+    await withClickHouseDown(async () => {
       keys.revoked(hashKey(key))
       expect(await keys.verify(key)).toBeNull()
       clock.advance(60_000)

@@ -3,7 +3,7 @@
 // @clickhouse/client speaks (POST / with the query in the body or in ?query=, param_*
 // bindings, settings as URL parameters, GET /ping). chDB opens a data path in one process
 // only, and no ClickHouse server can be installed here; this process is that server.
-// Run: node test/helpers/clickhouse-http.ts <data path>; prints `listening <port>`.
+// Run: node test/helpers/clickhouse-http.ts <data path> [port]; prints `listening <port>`.
 import { createServer } from 'node:http'
 import { Session } from 'chdb'
 
@@ -46,7 +46,7 @@ const server = createServer((req, res) => {
   })
 })
 
-server.listen(0, '127.0.0.1', () => {
+server.listen(Number(process.argv[3] ?? 0), '127.0.0.1', () => {
   const address = server.address()
   if (address && typeof address === 'object') console.log(`listening ${address.port}`)
 })

@@ -8,10 +8,15 @@ const SCRIPT = fileURLToPath(new URL('./clickhouse-http.ts', import.meta.url))
 
 /**
  * A ClickHouse reachable over HTTP by several processes: the real engine (chDB) in a child
- * process of its own, serving ClickHouse's HTTP interface (clickhouse-http.ts).
+ * process of its own, serving ClickHouse's HTTP interface (clickhouse-http.ts). Started
+ * again with the `path` and `port` of a stopped one, it is that server back from an outage.
  */
-export async function startClickHouseServer(ms = 20_000): Promise<{ url: string; stop(): Promise<void> }> {
-  const child: ChildProcess = spawn(process.execPath, [SCRIPT, join(mkdtempSync(join(tmpdir(), 'burnrate-ch-')), 'db')], {
+export async function startClickHouseServer(
+  opts: { path?: string; port?: number; ms?: number } = {},
+): Promise<{ url: string; path: string; port: number; stop(): Promise<void> }> {
+  const ms = opts.ms ?? 20_000
+  const path = opts.path ?? join(mkdtempSync(join(tmpdir(), 'burnrate-ch-')), 'db')
+  const child: ChildProcess = spawn(process.execPath, [SCRIPT, path, String(opts.port ?? 0)], {
     stdio: ['ignore', 'pipe', 'pipe'],
   })
   let output = ''
@@ -33,6 +38,8 @@ export async function startClickHouseServer(ms = 20_000): Promise<{ url: string;
   })
   return {
     url: `http://127.0.0.1:${port}`,
+    path,
+    port,
     async stop() {
       if (child.exitCode !== null || child.signalCode !== null) return
       const exited = new Promise((r) => child.once('exit', r))
