@@ -2,51 +2,148 @@
  * The load generator, run in its own process by bench/run.ts (so it never shares an event
  * loop with the orchestrator or the server under test):
  *
- *   BENCH_API_KEY=… node bench/load.ts --url http://127.0.0.1:PORT [--connections 50] [--duration 10] [--warmup 2]
+ *   BENCH_API_KEY=… node bench/load.ts --url http://127.0.0.1:PORT [--connections 50] [--duration 10]
+ *     [--warmup 2] [--agents 1000] [--agent-prefix bench-agent-] [--rate <req/s> | --once-per-agent]
  *
- * Sends POST <url>/events with content-type application/json and x-api-key, cycling through
- * the same few llm_call bodies (no event_id) whatever the target, first for `warmup` seconds
- * (reported apart, not measured), then for `duration` seconds. Prints one JSON summary
- * (LoadSummary) on stdout.
+ * Sends POST <url>/events with content-type application/json and x-api-key, the load a fleet
+ * sends whatever the target: every request an llm_call for the next of `agents` agents in
+ * turn (so consecutive requests, and the requests in flight together, are for different
+ * agents), with a fresh client event_id. First for `warmup` seconds on agents of their own
+ * (`warmup-<prefix><i>`, so a warmup never makes the measured agents known to the server;
+ * reported apart, not measured), then for `duration` seconds on `<prefix><i>`.
+ *
+ * Without --rate, saturation: autocannon, each connection sending its next request as soon
+ * as the previous one is answered. --once-per-agent instead stops after exactly one event
+ * for each agent, however long that takes (on a server that has not seen them: how fast it
+ * takes in a fleet it does not know yet). With --rate, a fixed offered rate of that many
+ * requests per second over at most `connections` connections (bench/fixed-rate.ts:
+ * autocannon's overallRate sends in bursts). Prints one JSON summary (LoadSummary) on stdout.
  */
+import { randomUUID } from 'node:crypto'
 import { parseArgs } from 'node:util'
 import autocannon from 'autocannon'
+import { fixedRate } from './fixed-rate.ts'
 
-/** The agents the load is spread over; the same for every target. */
-export const BENCH_AGENTS = 5
+export const DEFAULT_AGENTS = 1000
+export const DEFAULT_AGENT_PREFIX = 'bench-agent-'
 
-/** gpt-4o at 1000 input and 500 output tokens: 0.0075 USD, the ceiling's constant cost_usd. */
-export function benchBody(i: number): string {
-  return JSON.stringify({ agent_id: `bench-agent-${i}`, event_type: 'llm_call', model: 'gpt-4o', input_tokens: 1000, output_tokens: 500 })
+/**
+ * gpt-4o at 1000 input and 500 output tokens: 0.0075 USD, the ceiling's constant cost_usd.
+ * A fresh event_id every time, as a client sends it, so no two requests are duplicates.
+ */
+export function benchBody(agentId: string): string {
+  return JSON.stringify({
+    agent_id: agentId,
+    event_type: 'llm_call',
+    event_id: randomUUID(),
+    model: 'gpt-4o',
+    input_tokens: 1000,
+    output_tokens: 500,
+  })
 }
 
 export interface Counts {
   /** Responses with a 2xx status. */
   ok: number
   non2xx: number
-  /** Connection errors, timeouts included (autocannon's count). */
+  /** Requests that got no response: connection errors, timeouts included. */
   errors: number
   timeouts: number
   /** Requests written; those still unanswered when the run stopped were cut off. */
   sent: number
 }
 
-export interface LoadSummary extends Counts {
-  url: string
-  connections: number
+/** One run's figures (the warmup's or the measured one's). */
+interface Measured extends Counts {
   durationS: number
+  /** 2xx responses per second. */
   requestsPerSec: number
   latencyMs: { mean: number; p50: number; p97_5: number; p99: number; max: number }
   statusCodes: Record<string, number>
+  /** Fixed rate only: the most a request was issued after its due time (the generator falling behind). */
+  lateMs: number | null
+}
+
+export interface LoadSummary extends Measured {
+  url: string
+  connections: number
+  agents: number
+  agentPrefix: string
+  /** The offered rate (req/s) of a fixed-rate run; null at saturation. */
+  rate: number | null
   /** The warmup run before the measurement (null without one); its requests reach the server too. */
   warmup: (Counts & { durationS: number }) | null
 }
 
 const MAX_CONNECTIONS = 1000
 const MAX_SECONDS = 600
+const MAX_AGENTS = 1_000_000
+const MAX_RATE = 1_000_000
+/** A request unanswered this long counts as an error (a timeout). */
+export const REQUEST_TIMEOUT_S = 10
 
-function counts(r: autocannon.Result): Counts {
-  return { ok: r['2xx'], non2xx: r.non2xx, errors: r.errors, timeouts: r.timeouts, sent: r.requests.sent }
+/**
+ * Saturation: autocannon, `connections` requests always in flight, for `seconds` or until
+ * `amount` requests are sent.
+ */
+async function saturation(
+  url: URL,
+  headers: Record<string, string>,
+  body: () => string,
+  connections: number,
+  length: { seconds: number } | { amount: number },
+): Promise<Measured> {
+  const r = await autocannon({
+    url: url.href,
+    method: 'POST',
+    headers,
+    // autocannon rebuilds a request that has a setupRequest before each send.
+    requests: [{ method: 'POST', setupRequest: (req) => ({ ...req, body: body() }) }],
+    // autocannon refuses more connections than requests.
+    connections: 'amount' in length ? Math.min(connections, length.amount) : connections,
+    pipelining: 1,
+    ...('amount' in length ? { amount: length.amount } : { duration: length.seconds }),
+    timeout: REQUEST_TIMEOUT_S,
+  })
+  return {
+    ok: r['2xx'],
+    non2xx: r.non2xx,
+    errors: r.errors,
+    timeouts: r.timeouts,
+    sent: r.requests.sent,
+    durationS: r.duration,
+    // Not autocannon's average of per-second counts, which a run shorter than a second has none of.
+    requestsPerSec: r.duration > 0 ? r['2xx'] / r.duration : 0,
+    latencyMs: { mean: r.latency.average, p50: r.latency.p50, p97_5: r.latency.p97_5, p99: r.latency.p99, max: r.latency.max },
+    statusCodes: Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, s]) => [code, s.count ?? 0])),
+    lateMs: null,
+  }
+}
+
+/** A fixed offered rate (bench/fixed-rate.ts); latencies in fractions of a ms, autocannon's in whole ms. */
+async function atRate(url: URL, headers: Record<string, string>, body: () => string, connections: number, seconds: number, rate: number): Promise<Measured> {
+  const r = await fixedRate({ url, headers, body, rate, seconds, connections, timeoutMs: REQUEST_TIMEOUT_S * 1000 })
+  const l = r.latenciesMs
+  // Nearest rank.
+  const percentile = (p: number) => (l.length === 0 ? 0 : l[Math.min(l.length - 1, Math.max(0, Math.ceil((p / 100) * l.length) - 1))]!)
+  return {
+    ok: r.ok,
+    non2xx: r.non2xx,
+    errors: r.errors,
+    timeouts: r.timeouts,
+    sent: r.sent,
+    durationS: r.durationS,
+    requestsPerSec: r.durationS > 0 ? r.ok / r.durationS : 0,
+    latencyMs: {
+      mean: l.length === 0 ? 0 : l.reduce((sum, v) => sum + v, 0) / l.length,
+      p50: percentile(50),
+      p97_5: percentile(97.5),
+      p99: percentile(99),
+      max: percentile(100),
+    },
+    statusCodes: r.statusCodes,
+    lateMs: r.lateMs,
+  }
 }
 
 function boundedNumber(name: string, raw: string | undefined, fallback: number, min: number, max: number): number {
@@ -62,6 +159,10 @@ async function main(): Promise<void> {
       connections: { type: 'string' },
       duration: { type: 'string' },
       warmup: { type: 'string' },
+      agents: { type: 'string' },
+      'agent-prefix': { type: 'string' },
+      rate: { type: 'string' },
+      'once-per-agent': { type: 'boolean' },
     },
     strict: true,
   })
@@ -71,38 +172,33 @@ async function main(): Promise<void> {
   const connections = Math.round(boundedNumber('connections', values.connections, 50, 1, MAX_CONNECTIONS))
   const duration = boundedNumber('duration', values.duration, 10, 1, MAX_SECONDS)
   const warmup = boundedNumber('warmup', values.warmup, 2, 0, MAX_SECONDS)
+  const agents = Math.round(boundedNumber('agents', values.agents, DEFAULT_AGENTS, 1, MAX_AGENTS))
+  const prefix = values['agent-prefix'] ?? DEFAULT_AGENT_PREFIX
+  const rate = values.rate === undefined ? null : Math.round(boundedNumber('rate', values.rate, 0, 1, MAX_RATE))
+  const oncePerAgent = values['once-per-agent'] === true
+  if (oncePerAgent && rate !== null) throw new Error('--once-per-agent is a saturation run: not with --rate')
   const apiKey = process.env.BENCH_API_KEY
   if (!apiKey) throw new Error('BENCH_API_KEY is required (the x-api-key header)')
 
-  const options = (seconds: number): autocannon.Options => ({
-    url: new URL('/events', base).href,
-    method: 'POST',
-    headers: { 'content-type': 'application/json', 'x-api-key': apiKey },
-    // Each connection cycles through these in order.
-    requests: Array.from({ length: BENCH_AGENTS }, (_, i) => ({ method: 'POST' as const, body: benchBody(i) })),
-    connections,
-    pipelining: 1,
-    duration: seconds,
-    timeout: 10,
-  })
+  const url = new URL('/events', base)
+  const headers = { 'content-type': 'application/json', 'x-api-key': apiKey }
+  // One counter for all connections: request n is for agent n mod `agents`.
+  const bodies = (agentPrefix: string) => {
+    let n = 0
+    return () => benchBody(`${agentPrefix}${n++ % agents}`)
+  }
+  const timed = (agentPrefix: string, seconds: number) =>
+    rate === null
+      ? saturation(url, headers, bodies(agentPrefix), connections, { seconds })
+      : atRate(url, headers, bodies(agentPrefix), connections, seconds, rate)
 
   let warm: LoadSummary['warmup'] = null
   if (warmup > 0) {
-    const w = await autocannon(options(warmup))
-    warm = { ...counts(w), durationS: w.duration }
+    const w = await timed(`warmup-${prefix}`, warmup)
+    warm = { ok: w.ok, non2xx: w.non2xx, errors: w.errors, timeouts: w.timeouts, sent: w.sent, durationS: w.durationS }
   }
-  const r = await autocannon(options(duration))
-  const statusCodes = Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, s]) => [code, s.count ?? 0]))
-  const summary: LoadSummary = {
-    url: base.origin,
-    connections,
-    durationS: r.duration,
-    requestsPerSec: r.requests.average,
-    latencyMs: { mean: r.latency.average, p50: r.latency.p50, p97_5: r.latency.p97_5, p99: r.latency.p99, max: r.latency.max },
-    ...counts(r),
-    statusCodes,
-    warmup: warm,
-  }
+  const measured = oncePerAgent ? await saturation(url, headers, bodies(prefix), connections, { amount: agents }) : await timed(prefix, duration)
+  const summary: LoadSummary = { url: base.origin, connections, agents, agentPrefix: prefix, rate, ...measured, warmup: warm }
   process.stdout.write(`${JSON.stringify(summary)}\n`)
 }
 

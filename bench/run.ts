@@ -1,20 +1,26 @@
 /**
  * `npm run bench`: POST /events throughput and latency of burnrate as a ratio of a ceiling
- * (a bare Fastify server, bench/ceiling.ts) measured in the same run with the same load.
+ * (a bare Fastify server, bench/ceiling.ts) measured in the same run with the same load: the
+ * load a fleet sends (bench/load.ts: 1000 agents in turn, a client event_id on every event).
  * See bench/README.md.
  *
- *   1. starts the ceiling, loads it (bench/load.ts in its own process), stops it;
+ *   1. starts the ceiling and loads it: saturation, then a fixed rate of half the saturation
+ *      throughput it just measured; stops it;
  *   2. starts `burnrate serve` on a fresh temporary DATA_DIR, creates an API key with the CLI,
- *      loads it the same way;
- *   3. prints both and the ratios burnrate/ceiling;
+ *      and loads it: saturation until each agent has sent one event (cold: every event for
+ *      an agent new to the hot state), saturation for a while on the same agents (warm),
+ *      then a fixed rate of half the warm saturation throughput;
+ *   3. prints every phase and the ratios burnrate/ceiling;
  *   4. checks that the events burnrate acknowledged are the ones it stores (GET /agents),
  *      and that no request failed; exits 1 if not.
  *
  * Options (argv wins over env): --connections / BENCH_CONNECTIONS (50), --duration /
- * BENCH_DURATION seconds (10), --warmup / BENCH_WARMUP seconds (2), and BENCH_CPU_PROF=<dir>
- * to run burnrate under `node --cpu-prof` and print where it spent its time.
+ * BENCH_DURATION seconds per timed phase (10), --warmup / BENCH_WARMUP seconds (2), --agents /
+ * BENCH_AGENTS (1000), BENCH_REDIS_URL to give burnrate a Redis hot state, and
+ * BENCH_CPU_PROF=<dir> to run burnrate under `node --cpu-prof` and print where it spent its time.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { closeSync, createReadStream, openSync, readFileSync } from 'node:fs'
 import { mkdtemp, readdir, rm } from 'node:fs/promises'
@@ -23,7 +29,7 @@ import { join, resolve } from 'node:path'
 import { createInterface } from 'node:readline'
 import { parseArgs } from 'node:util'
 import { summarizeProfile } from './cpu-profile.ts'
-import type { Counts, LoadSummary } from './load.ts'
+import { DEFAULT_AGENTS, REQUEST_TIMEOUT_S, type Counts, type LoadSummary } from './load.ts'
 
 const ROOT = resolve(import.meta.dirname, '..')
 const NODE = process.execPath
@@ -35,7 +41,7 @@ const CEILING_KEY = `br_000000000000_${'x'.repeat(43)}`
 /** burnrate settings that would point the bench at other stores or change what it measures. */
 const STRIPPED_ENV = ['CLICKHOUSE_URL', 'CLICKHOUSE_USER', 'CLICKHOUSE_PASSWORD', 'CLICKHOUSE_DATABASE', 'REDIS_URL', 'PRICES_FILE']
 /** burnrate settings passed through from the environment (printed when set). */
-const PASSED_ENV = ['BATCH_MAX_ROWS', 'BATCH_MAX_WAIT_MS', 'KEY_CACHE_TTL_MS', 'EVENTS_RATE_LIMIT', 'READS_RATE_LIMIT']
+const PASSED_ENV = ['BATCH_MAX_ROWS', 'BATCH_MAX_WAIT_MS', 'JOURNAL_FSYNC', 'JOURNAL_MAX_ROWS', 'SHIP_INTERVAL_MS', 'SHIP_MAX_ROWS', 'KEY_CACHE_TTL_MS', 'EVENTS_RATE_LIMIT', 'READS_RATE_LIMIT']
 
 const START_TIMEOUT_MS = 60_000
 const STOP_TIMEOUT_MS = 20_000
@@ -44,12 +50,13 @@ interface Options {
   connections: number
   duration: number
   warmup: number
+  agents: number
   cpuProfDir: string | null
 }
 
 function options(): Options {
   const { values } = parseArgs({
-    options: { connections: { type: 'string' }, duration: { type: 'string' }, warmup: { type: 'string' } },
+    options: { connections: { type: 'string' }, duration: { type: 'string' }, warmup: { type: 'string' }, agents: { type: 'string' } },
     strict: true,
   })
   const num = (name: string, raw: string | undefined, fallback: number, min: number, max: number) => {
@@ -62,6 +69,7 @@ function options(): Options {
     connections: Math.round(num('connections', values.connections ?? env.BENCH_CONNECTIONS, 50, 1, 1000)),
     duration: num('duration', values.duration ?? env.BENCH_DURATION, 10, 1, 600),
     warmup: num('warmup', values.warmup ?? env.BENCH_WARMUP, 2, 0, 600),
+    agents: Math.round(num('agents', values.agents ?? env.BENCH_AGENTS, DEFAULT_AGENTS, 1, 1_000_000)),
     cpuProfDir: env.BENCH_CPU_PROF ? resolve(env.BENCH_CPU_PROF) : null,
   }
 }
@@ -126,9 +134,9 @@ async function startCeiling(): Promise<{ child: ChildProcess; url: string }> {
 /**
  * `burnrate serve` on `dataDir`, logging to `logFile` (a file, not a pipe: reading a log pipe
  * would take CPU from the two cores the measurement runs on). Its address comes from the
- * 'burnrate is serving' line.
+ * 'burnrate is serving' line, with the address of its metrics (it runs with METRICS_PORT=0).
  */
-async function startBurnrate(env: NodeJS.ProcessEnv, logFile: string, cpuProfDir: string | null): Promise<{ child: ChildProcess; url: string }> {
+async function startBurnrate(env: NodeJS.ProcessEnv, logFile: string, cpuProfDir: string | null): Promise<{ child: ChildProcess; url: string; metrics: string }> {
   const fd = openSync(logFile, 'a')
   const args = [...(cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', cpuProfDir] : []), BURNRATE, 'serve']
   const child = track(spawn(NODE, args, { env, stdio: ['ignore', fd, fd] }))
@@ -137,17 +145,17 @@ async function startBurnrate(env: NodeJS.ProcessEnv, logFile: string, cpuProfDir
     for (;;) {
       for (const line of readFileSync(logFile, 'utf8').split('\n')) {
         if (!line.includes('burnrate is serving')) continue
-        const entry = JSON.parse(line) as { msg?: string; address?: string }
-        if (entry.msg === 'burnrate is serving' && entry.address) return entry.address
+        const entry = JSON.parse(line) as { msg?: string; address?: string; metrics?: string }
+        if (entry.msg === 'burnrate is serving' && entry.address && entry.metrics) return { url: entry.address, metrics: entry.metrics }
       }
       if (exited(child)) return null
       await new Promise((r) => setTimeout(r, 100))
     }
   })()
   try {
-    const url = await beforeExit(child, "burnrate's 'burnrate is serving' log line", START_TIMEOUT_MS, found)
-    if (!url) throw new Error('burnrate exited before serving')
-    return { child, url }
+    const serving = await beforeExit(child, "burnrate's 'burnrate is serving' log line", START_TIMEOUT_MS, found)
+    if (!serving) throw new Error('burnrate exited before serving')
+    return { child, ...serving }
   } catch (err) {
     console.error(`burnrate log (${logFile}), last lines:\n${tail(logFile, 20)}`)
     throw err
@@ -174,13 +182,75 @@ async function run(args: string[], env: NodeJS.ProcessEnv, what: string, timeout
   return out
 }
 
-async function load(url: string, apiKey: string, opts: Options): Promise<LoadSummary> {
-  const args = [join(ROOT, 'bench', 'load.ts'), '--url', url, '--connections', String(opts.connections), '--duration', String(opts.duration), '--warmup', String(opts.warmup)]
-  const timeoutMs = (opts.duration + opts.warmup + 60) * 1000
+/** One phase: `warmup` seconds on agents of their own, then the measured load. */
+interface Phase {
+  /** Its agents are `<agentPrefix><i>`. */
+  agentPrefix: string
+  warmup: number
+  /**
+   * Saturation for `duration` seconds; saturation until each agent has sent one event; or a
+   * fixed offered rate (req/s) for `duration` seconds.
+   */
+  load: 'saturation' | 'once-per-agent' | { rate: number }
+}
+
+async function load(url: string, apiKey: string, opts: Options, phase: Phase): Promise<LoadSummary> {
+  const args = [
+    join(ROOT, 'bench', 'load.ts'),
+    ...['--url', url, '--connections', String(opts.connections), '--duration', String(opts.duration), '--warmup', String(phase.warmup)],
+    ...['--agents', String(opts.agents), '--agent-prefix', phase.agentPrefix],
+    ...(phase.load === 'once-per-agent' ? ['--once-per-agent'] : []),
+    ...(typeof phase.load === 'object' ? ['--rate', String(phase.load.rate)] : []),
+  ]
+  // A pass over the agents is as long as the server takes: bounded by every request timing out.
+  const measuredS = phase.load === 'once-per-agent' ? Math.ceil(opts.agents / opts.connections) * REQUEST_TIMEOUT_S : opts.duration
+  const timeoutMs = (phase.warmup + measuredS + 60) * 1000
   const out = await run(args, { ...process.env, BENCH_API_KEY: apiKey }, `load against ${url}`, timeoutMs)
   const last = out.trim().split('\n').at(-1)
   if (!last) throw new Error(`load against ${url} printed nothing`)
   return JSON.parse(last) as LoadSummary
+}
+
+/** Half the throughput a target sustained at saturation: the offered rate of its latency phase. */
+function halfOf(saturation: LoadSummary): number {
+  return Math.max(1, Math.round(saturation.requestsPerSec / 2))
+}
+
+// ---------------------------------------------------------------------------------------
+// burnrate's own metrics (METRICS_PORT): what the write path did during a phase
+
+async function scrape(url: string): Promise<Map<string, number>> {
+  const res = await fetch(url, { signal: AbortSignal.timeout(10_000) })
+  if (!res.ok) throw new Error(`GET ${url} answered ${res.status}`)
+  const samples = new Map<string, number>()
+  for (const line of (await res.text()).split('\n')) {
+    if (line.startsWith('#') || line === '') continue
+    const at = line.lastIndexOf(' ')
+    samples.set(line.slice(0, at), Number(line.slice(at + 1)))
+  }
+  return samples
+}
+
+/**
+ * INSERTs of events per second between two scrapes (the shipper's batches; with REDIS_URL,
+ * the group commit's INSERTs), and the p99 of the acknowledgement-to-readable lag: the upper
+ * edge of the histogram bucket that holds it ("> 300" past the last one).
+ */
+function writePath(before: Map<string, number>, after: Map<string, number>, seconds: number) {
+  const delta = (name: string) => (after.get(name) ?? 0) - (before.get(name) ?? 0)
+  const shipped = after.has('burnrate_ship_lag_seconds_count') && delta('burnrate_ship_batches_total') > 0
+  const inserts = shipped ? delta('burnrate_ship_batches_total') : delta('burnrate_ingest_commits_total')
+  let lagP99 = 'n/a'
+  const count = delta('burnrate_ship_lag_seconds_count')
+  if (shipped && count > 0) {
+    const buckets = [...after.keys()]
+      .filter((k) => k.startsWith('burnrate_ship_lag_seconds_bucket{le="'))
+      .map((k) => ({ le: k.slice(k.indexOf('"') + 1, k.lastIndexOf('"')), n: delta(k) }))
+    lagP99 = buckets.find((b) => b.n >= 0.99 * count)?.le ?? 'n/a'
+    if (lagP99 === '+Inf') lagP99 = '> 300'
+    else lagP99 = `≤ ${lagP99}`
+  }
+  return { insertsPerSec: inserts / seconds, lagP99, source: shipped ? 'the journal shipper' : 'group commit on the request path' }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -245,9 +315,13 @@ async function logStats(logFile: string): Promise<{ lines: number; warnings: str
 async function main(): Promise<number> {
   const opts = options()
   console.log(
-    `burnrate bench: POST /events, ${opts.connections} connections, ${opts.warmup} s warmup + ${opts.duration} s per target, Node ${process.versions.node}`,
+    `burnrate bench: POST /events from ${fmt(opts.agents)} agents, ${opts.connections} connections, ` +
+      `${opts.duration} s per timed phase, ${opts.warmup} s warmups, Node ${process.versions.node}`,
   )
   const dir = await mkdtemp(join(tmpdir(), 'burnrate-bench-'))
+  // Agents no earlier run has sent either: a BENCH_REDIS_URL database keeps the hot state of
+  // earlier runs, which would make the cold phase warm.
+  const agentPrefix = `bench-${randomBytes(3).toString('hex')}-agent-`
   // Ctrl-C: stop what was started and remove the temporary directory before going.
   const interrupted = (signal: NodeJS.Signals) => {
     console.error(`\n${signal}: stopping the servers`)
@@ -258,14 +332,15 @@ async function main(): Promise<number> {
   process.once('SIGINT', interrupted)
   process.once('SIGTERM', interrupted)
   try {
-    // 1. The ceiling.
+    // 1. The ceiling: saturation, then half of it.
     const ceiling = await startCeiling()
     console.log(`ceiling  at ${ceiling.url}: loading…`)
-    const c = await load(ceiling.url, CEILING_KEY, opts)
+    const cSat = await load(ceiling.url, CEILING_KEY, opts, { agentPrefix, warmup: opts.warmup, load: 'saturation' })
+    const cHalf = await load(ceiling.url, CEILING_KEY, opts, { agentPrefix, warmup: opts.warmup, load: { rate: halfOf(cSat) } })
     await stop(ceiling.child, 'the ceiling')
 
     // 2. burnrate, embedded stores on a fresh DATA_DIR.
-    const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info' }
+    const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', METRICS_PORT: '0' }
     for (const name of STRIPPED_ENV) delete env[name]
     // The production shape's hot state, on purpose only: never a REDIS_URL left in the shell.
     if (process.env.BENCH_REDIS_URL) env.REDIS_URL = process.env.BENCH_REDIS_URL
@@ -276,7 +351,13 @@ async function main(): Promise<number> {
     const apiKey = keyOut.trim().split('\n').at(-1)?.trim()
     if (!apiKey) throw new Error('burnrate keys create printed no key')
     console.log(`burnrate at ${burnrate.url}${passed.length ? ` (${passed.join(' ')})` : ''}: loading…`)
-    const b = await load(burnrate.url, apiKey, opts)
+    // The warmup runs on agents of its own, so every measured event of the pass is an agent's first.
+    const bCold = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: 'once-per-agent' })
+    // Straight after, on the same agents, every one of them known now: no warmup needed.
+    const before = await scrape(burnrate.metrics)
+    const bWarm = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' })
+    const writes = writePath(before, await scrape(burnrate.metrics), bWarm.durationS)
+    const bHalf = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: { rate: halfOf(bWarm) } })
     const stored = await storedLlmCalls(burnrate.url, apiKey)
     await stop(burnrate.child, 'burnrate')
     const log = await logStats(logFile)
@@ -284,37 +365,67 @@ async function main(): Promise<number> {
     // 3. The figures.
     const row = (name: string, s: LoadSummary) => [
       name,
+      s.rate === null ? '-' : fmt(s.rate),
       fmt(s.requestsPerSec),
       fmt(s.latencyMs.p50, 1),
-      fmt(s.latencyMs.p97_5, 1),
       fmt(s.latencyMs.p99, 1),
+      fmt(s.latencyMs.max, 1),
       fmt(s.ok),
       fmt(s.non2xx),
       fmt(s.errors),
     ]
     console.log()
-    console.log(table([['target', 'req/s', 'p50 ms', 'p97.5 ms', 'p99 ms', '2xx', 'non-2xx', 'errors'], row('ceiling', c), row('burnrate', b)]))
-    console.log()
     console.log(
-      `burnrate/ceiling: throughput ${ratio(b.requestsPerSec, c.requestsPerSec)}` +
-        `  p50 latency ${ratio(b.latencyMs.p50, c.latencyMs.p50)}` +
-        `  p99 latency ${ratio(b.latencyMs.p99, c.latencyMs.p99)}`,
+      table([
+        ['phase', 'offered', 'req/s', 'p50 ms', 'p99 ms', 'max ms', '2xx', 'non-2xx', 'errors'],
+        row('ceiling   saturation', cSat),
+        row('ceiling   50 % of saturation', cHalf),
+        row('burnrate  saturation, cold (1 event/agent)', bCold),
+        row('burnrate  saturation, warm', bWarm),
+        row('burnrate  50 % of saturation', bHalf),
+      ]),
+    )
+    console.log()
+    // Each burnrate phase against the ceiling's phase of the same kind.
+    const ratios = (name: string, b: LoadSummary, c: LoadSummary, throughput: boolean) => [
+      name,
+      throughput ? ratio(b.requestsPerSec, c.requestsPerSec) : '-',
+      ratio(b.latencyMs.p50, c.latencyMs.p50),
+      ratio(b.latencyMs.p99, c.latencyMs.p99),
+      ratio(b.latencyMs.max, c.latencyMs.max),
+    ]
+    console.log(
+      table([
+        ['burnrate/ceiling', 'req/s', 'p50', 'p99', 'max'],
+        ratios('saturation, cold', bCold, cSat, true),
+        ratios('saturation, warm', bWarm, cSat, true),
+        ratios('50 % of saturation', bHalf, cHalf, false),
+      ]),
+    )
+    console.log(
+      `write path, warm saturation: ${fmt(writes.insertsPerSec, 2)} ClickHouse INSERTs of events per second` +
+        ` (${writes.source}); acknowledgement to readable in ClickHouse p99 ${writes.lagP99} s`,
+    )
+    console.log(
+      `fixed-rate load generator: requests issued up to ${fmt(cHalf.lateMs ?? 0, 1)} ms (ceiling) and ` +
+        `${fmt(bHalf.lateMs ?? 0, 1)} ms (burnrate) after their due time`,
     )
     console.log(`burnrate log: ${fmt(log.lines)} lines, ${log.warnings.length === 0 ? 'no warnings or errors' : 'warnings/errors, first ones:'}`)
     for (const w of log.warnings) console.log(`  ${w}`)
 
     // 4. The check: every acknowledged event is stored once; events cut off when autocannon
     //    stopped (sent, unanswered) may or may not have been stored, so they bound the excess.
-    const acked = b.ok + (b.warmup?.ok ?? 0)
-    const unanswered = cutOff(b) + (b.warmup ? cutOff(b.warmup) : 0)
+    const loads = [bCold, bWarm, bHalf]
+    const acked = loads.reduce((sum, b) => sum + b.ok + (b.warmup?.ok ?? 0), 0)
+    const unanswered = loads.reduce((sum, b) => sum + cutOff(b) + (b.warmup ? cutOff(b.warmup) : 0), 0)
     const excess = stored - acked
     const storedOk = excess >= 0 && excess <= unanswered
-    const failed = failures(c) + failures(b)
+    const failed = [cSat, cHalf, ...loads].reduce((sum, s) => sum + failures(s), 0)
     console.log(
-      `check: ${storedOk ? 'ok ' : 'FAIL'} stored llm_calls ${fmt(stored)} = ${fmt(acked)} acknowledged (2xx, warmup included)` +
+      `check: ${storedOk ? 'ok ' : 'FAIL'} stored llm_calls ${fmt(stored)} = ${fmt(acked)} acknowledged (2xx, warmups included)` +
         ` + ${fmt(excess)} (allowed 0…${fmt(unanswered)}: requests cut off unanswered at the end of a run)`,
     )
-    console.log(`check: ${failed === 0 ? 'ok ' : 'FAIL'} ${fmt(failed)} non-2xx responses or errors (both targets, warmups included)`)
+    console.log(`check: ${failed === 0 ? 'ok ' : 'FAIL'} ${fmt(failed)} non-2xx responses or errors (all phases, warmups included)`)
 
     if (opts.cpuProfDir) {
       const files = (await readdir(opts.cpuProfDir)).filter((f) => f.endsWith('.cpuprofile')).sort()

@@ -187,6 +187,8 @@ export interface RunningServer {
   app: FastifyInstance
   services: Services
   address: string
+  /** http://host:port/metrics, when METRICS_PORT is set. */
+  metricsAddress: string | null
   close(): Promise<void>
 }
 
@@ -217,7 +219,9 @@ export async function startServer(config: Config): Promise<RunningServer> {
         await new Promise<void>((r) => (metricsServer ? metricsServer.close(() => r()) : r()))
         await services.close()
       })())
-    return { app, services, address, close }
+    const bound = metricsServer?.address()
+    const metricsAddress = bound && typeof bound === 'object' ? `http://${config.host}:${bound.port}/metrics` : null
+    return { app, services, address, metricsAddress, close }
   } catch (err) {
     admin?.close()
     metricsServer?.close()

@@ -37,7 +37,10 @@ async function main(argv: string[]): Promise<number> {
 
 async function serve(config: Config): Promise<number> {
   const server = await startServer(config)
-  server.app.log.info({ address: server.address, clickhouse: config.clickhouse.kind, dataDir: config.dataDir }, 'burnrate is serving')
+  server.app.log.info(
+    { address: server.address, metrics: server.metricsAddress, clickhouse: config.clickhouse.kind, journal: server.services.journal ? 'segment log' : 'none (REDIS_URL)', dataDir: config.dataDir },
+    'burnrate is serving',
+  )
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       server.app.log.info({ signal }, 'draining: finishing in-flight batches')
