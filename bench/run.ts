@@ -250,7 +250,8 @@ function writePath(before: Map<string, number>, after: Map<string, number>, seco
     if (lagP99 === '+Inf') lagP99 = '> 300'
     else lagP99 = `≤ ${lagP99}`
   }
-  return { insertsPerSec: inserts / seconds, lagP99, source: shipped ? 'the journal shipper' : 'group commit on the request path' }
+  const source = shipped ? 'the journal shipper' : inserts > 0 ? 'group commit on the request path' : 'none in this phase'
+  return { insertsPerSec: inserts / seconds, lagP99, source }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
-import { insert } from '../storage/query.ts'
-import type { JournalBatch, JournalSource, JournalTable } from './types.ts'
+import { insertJsonLines } from '../storage/query.ts'
+import { JOURNAL_TABLES, type JournalBatch, type JournalSource } from './types.ts'
 
 /** pino-compatible. */
 interface Log {
@@ -22,9 +22,8 @@ export interface ShipperOptions {
   onFailed?: (err: unknown) => void
 }
 
-/** Tables in the order a batch inserts them. */
-const TABLES: readonly JournalTable[] = ['events', 'pause_transitions']
 const MAX_BACKOFF_MS = 30_000
+const NEWLINE = Buffer.from('\n')
 
 /**
  * Moves the journal into ClickHouse in large batches (issue 8; Langfuse's ClickhouseWriter
@@ -103,9 +102,9 @@ export class Shipper {
 
   async #ship(batch: JournalBatch): Promise<void> {
     const started = performance.now()
-    for (const table of TABLES) {
-      const rows = batch.entries.filter((e) => e.table === table).map((e) => e.row)
-      await insert(this.#o.clickhouse, table, rows, `${batch.token}:${table}`)
+    for (const table of JOURNAL_TABLES) {
+      const lines = batch.entries.filter((e) => e.table === table).flatMap((e) => [e.json, NEWLINE])
+      await insertJsonLines(this.#o.clickhouse, table, Buffer.concat(lines), `${batch.token}:${table}`)
     }
     await this.#o.source.commit(batch)
     const now = Date.now()

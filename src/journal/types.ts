@@ -10,8 +10,20 @@ export type JournalRow = { table: 'events'; row: EventRow } | { table: 'pause_tr
 
 export type JournalTable = JournalRow['table']
 
-/** A row as read back for shipping, with when it was appended (epoch ms). */
+export const JOURNAL_TABLES: readonly JournalTable[] = ['events', 'pause_transitions']
+
+/** A row as read back for the rebuild, with when it was appended (epoch ms). */
 export type JournalEntry = JournalRow & { at: number }
+
+/**
+ * A row as read back for shipping: its JSON bytes exactly as appended, never decoded; the
+ * shipper sends these lines as the body of a JSONEachRow INSERT.
+ */
+export interface ShippedEntry {
+  table: JournalTable
+  at: number
+  json: Buffer
+}
 
 /**
  * What the shipper inserts at once. Shipping the same batch again (after a crash between
@@ -19,7 +31,7 @@ export type JournalEntry = JournalRow & { at: number }
  */
 export interface JournalBatch {
   token: string
-  entries: JournalEntry[]
+  entries: ShippedEntry[]
 }
 
 export interface JournalBacklog {

@@ -1,6 +1,9 @@
 import { randomUUID } from 'node:crypto'
+import { Readable } from 'node:stream'
+import { finished } from 'node:stream/promises'
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { z } from 'zod'
+import { rawInsertOf } from './clickhouse.ts'
 import { clickhouseFailure } from './failures.ts'
 
 /**
@@ -30,6 +33,29 @@ export async function select<S extends z.ZodType>(
  * batches that aggregate to the same hourly_cost row would lose one. The setting is always
  * sent: chDB keeps a query's settings for the next query of its session.
  */
+/**
+ * One INSERT of rows already encoded as JSON, one per line, sent as they are: the journal
+ * keeps rows as JSON, and decoding a batch only to encode it again cost the main thread tens
+ * of milliseconds a second. Embedded, chDB's raw insert parses them off the main thread; a
+ * server gets them as the request body. `table` is one of burnrate's own names, never input.
+ */
+export async function insertJsonLines(client: ClickHouseClient, table: string, body: Buffer, token: string): Promise<void> {
+  if (body.length === 0) return
+  try {
+    const raw = rawInsertOf(client)
+    if (raw) return await raw(table, body, token)
+    const { stream } = await client.exec({
+      query: `INSERT INTO ${table} FORMAT JSONEachRow`,
+      values: Readable.from([body]),
+      clickhouse_settings: { insert_deduplication_token: token },
+    })
+    stream.resume() // the server's (empty) answer; the request is done once it is read
+    await finished(stream)
+  } catch (err) {
+    throw clickhouseFailure(err, `insert into ${table}`)
+  }
+}
+
 export async function insert(client: ClickHouseClient, table: string, values: readonly object[], token: string = randomUUID()): Promise<void> {
   if (values.length === 0) return
   try {

@@ -16,7 +16,8 @@ function event(agent = 'a'): JournalRow {
 
 const dir = () => mkdtempSync(join(tmpdir(), 'burnrate-journal-'))
 const openLog = (d: string, o: Partial<SegmentLogOptions> = {}) => SegmentLog.open({ dir: d, fsync: false, maxRows: 1_000_000, ...o })
-const ids = (rows: Array<{ row: unknown }>) => rows.map((r) => (r.row as EventRow).event_id)
+/** Event ids of rows as appended (row), as shipped (their JSON, never parsed by the log) or as rebuilt. */
+const ids = (rows: Array<{ row: unknown } | { json: Buffer }>) => rows.map((r) => ('json' in r ? (JSON.parse(r.json.toString()) as EventRow) : (r.row as EventRow)).event_id)
 
 describe('segment log journal', () => {
   it('gives back what was appended, in order, as one batch per next(), and forgets it once committed', async () => {
@@ -25,10 +26,11 @@ describe('segment log journal', () => {
     await Promise.all([log.append([rows[0]!], T0), log.append([rows[1]!, rows[2]!], T0 + 5)])
     expect(log.backlog()).toMatchObject({ rows: 3, oldestAt: T0 })
     const batch = await log.next(10)
+    // The row's JSON as appended: the shipper sends it to ClickHouse as it is.
     expect(batch!.entries).toEqual([
-      { ...rows[0], at: T0 },
-      { ...rows[1], at: T0 + 5 },
-      { ...rows[2], at: T0 + 5 },
+      { table: 'events', json: Buffer.from(JSON.stringify(rows[0]!.row)), at: T0 },
+      { table: 'events', json: Buffer.from(JSON.stringify(rows[1]!.row)), at: T0 + 5 },
+      { table: 'events', json: Buffer.from(JSON.stringify(rows[2]!.row)), at: T0 + 5 },
     ])
     await log.commit(batch!)
     expect(log.backlog()).toEqual({ rows: 0, bytes: 0, oldestAt: null })
@@ -79,6 +81,7 @@ describe('segment log journal', () => {
     const unshipped = []
     for await (const e of reopened.unshipped()) unshipped.push(e)
     expect(ids(unshipped)).toEqual(ids(rows.slice(1)))
+    expect(unshipped[0]).toEqual({ ...rows[1], at: T0 })
     await reopened.close()
   })
 
@@ -105,7 +108,7 @@ describe('segment log journal', () => {
     await log.append([event()], T0)
     await log.close()
     const segment = join(d, readdirSync(d).find((f) => f.endsWith('.log'))!)
-    const payload = Buffer.from('{"t":"events","a":1,"r":{}}')
+    const payload = Buffer.from('\u0000\u0000\u0000\u0000\u0000\u0000\u0000\u0000\u0000{}')
     const header = Buffer.alloc(8)
     header.writeUInt32LE(payload.length, 0)
     header.writeUInt32LE(12345, 4)

@@ -17,6 +17,7 @@ import {
   type EventRow,
 } from '../../src/storage/events.ts'
 import { migrate, readMigrations } from '../../src/storage/migrations.ts'
+import { insertJsonLines } from '../../src/storage/query.ts'
 import { startClickHouseServer } from '../helpers/clickhouse-server.ts'
 import { dockerAvailable } from '../helpers/docker.ts'
 
@@ -113,6 +114,15 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
     expect(await agentTotals(client, 'u', T, 'twice')).toEqual([{ agent_id: 'twice', cost_nano: 400, llm_calls: 4 }])
     const hours = await hourlyCost(client, 'u', 'twice', T - 3_600_000)
     expect(hours.map((h) => [h.cost_nano, h.llm_calls])).toEqual([[400, 4]])
+  })
+
+  it('inserts rows kept as JSON lines as they are, once per token', async () => {
+    const id = (n: number) => `00000000-0000-4000-b000-${String(n).padStart(12, '0')}`
+    const lines = [row({ event_id: id(1), at: T, agent_id: 'lines', metadata: '{"q":"a\\nb"}' }), row({ event_id: id(2), at: T + 1, agent_id: 'lines' })].map((r) => JSON.stringify(r))
+    const body = Buffer.from(lines.join('\n'))
+    await insertJsonLines(client, 'events', body, 'journal:lines:0-2')
+    await insertJsonLines(client, 'events', body, 'journal:lines:0-2')
+    expect(await agentTotals(client, 'u', T, 'lines')).toEqual([{ agent_id: 'lines', cost_nano: 200, llm_calls: 2 }])
   })
 
   it('reads the newest config, even for two writes in one millisecond', async () => {
