@@ -1,7 +1,7 @@
-import type { Nano } from '../money.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
 import { evaluate, manual } from './policy.ts'
+import { EventIdSet, fingerprint } from './dedup.ts'
 import { RollingWindow } from './window.ts'
 import {
   DEFAULT_POLICY,
@@ -37,17 +37,17 @@ export class MemoryHotState implements HotState {
   // user → the ids of their agents held in #agents (listings without a scan of every agent).
   readonly #byUser = new Map<string, Set<string>>()
   // user\0agent\0event_id → cost, and a FIFO of the same keys by minute for amortised expiry.
-  readonly #seen = new Map<string, { costNano: Nano; minute: number }>()
-  readonly #seenQueue: Array<{ key: string; minute: number }> = []
-  #seenHead = 0
+  // The window's event ids and their costs, at most 64 bytes each (dedup.ts).
+  readonly #seen = new EventIdSet()
   // Round-robin cursor over the agents, to forget idle ones a few at a time.
   #sweep: Iterator<[string, AgentEntry]> = this.#agents.entries()
 
   async reserve(events: readonly EventRef[], _token: string, now: number): Promise<Reservation[]> {
-    this.#expireSeen(minuteOf(now))
+    const nowMinute = minuteOf(now)
+    this.#seen.expire(nowMinute)
     return events.map((e) => {
-      const hit = this.#seen.get(seenKey(e, e.eventId))
-      return hit ? { state: 'done', costNano: hit.costNano } : { state: 'reserved' }
+      const hit = this.#seen.get(fingerprint(e.userId, e.agentId, e.eventId), nowMinute)
+      return hit !== undefined ? { state: 'done', costNano: hit } : { state: 'reserved' }
     })
   }
 
@@ -69,18 +69,17 @@ export class MemoryHotState implements HotState {
    */
   recordNow(e: RecordInput, now: number): RecordResult {
     const nowMinute = minuteOf(now)
-    this.#expireSeen(nowMinute)
+    this.#seen.expire(nowMinute)
     this.#forgetIdle(nowMinute, SWEEP_PER_ACCESS)
     const agent = this.#entry(e)
     agent.window.expire(nowMinute)
-    const key = seenKey(e, e.eventId)
-    const seen = this.#seen.get(key)
-    if (seen) {
-      return { counted: false, costNano: seen.costNano, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions: [] }
+    const fp = fingerprint(e.userId, e.agentId, e.eventId)
+    const seenCost = this.#seen.get(fp, nowMinute)
+    if (seenCost !== undefined) {
+      return { counted: false, costNano: seenCost, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions: [] }
     }
     const minute = minuteOf(e.at)
-    this.#seen.set(key, { costNano: e.costNano, minute })
-    this.#seenQueue.push({ key, minute })
+    this.#seen.add(fp, e.costNano, minute)
     // What the expiry relaxed comes first (an override ends when the total fell back
     // under the threshold, even if this event takes it over again), then this event.
     const transitions: Transition[] = []
@@ -147,8 +146,6 @@ export class MemoryHotState implements HotState {
     this.#agents.clear()
     this.#byUser.clear()
     this.#seen.clear()
-    this.#seenQueue.length = 0
-    this.#seenHead = 0
     const nowMinute = minuteOf(now)
     for (const p of data.policies) {
       const agent = this.#entry(p)
@@ -159,11 +156,10 @@ export class MemoryHotState implements HotState {
     for (const m of data.minutes) {
       if (inWindow(m.minute, nowMinute)) this.#entry(m).window.add(m.minute, m.costNano, m.llmCalls)
     }
-    for (const s of [...data.seen].sort((a, b) => a.minute - b.minute)) {
+    for (const s of data.seen) {
       if (!inWindow(s.minute, nowMinute)) continue
-      const key = seenKey(s, s.eventId)
-      this.#seen.set(key, { costNano: s.costNano, minute: s.minute })
-      this.#seenQueue.push({ key, minute: s.minute })
+      const fp = fingerprint(s.userId, s.agentId, s.eventId)
+      if (this.#seen.get(fp, nowMinute) === undefined) this.#seen.add(fp, s.costNano, s.minute)
     }
     // A crossing stored just before a crash was never acted on: act on it now.
     const transitions: Transition[] = []
@@ -227,17 +223,6 @@ export class MemoryHotState implements HotState {
     }
   }
 
-  #expireSeen(nowMinute: number): void {
-    const q = this.#seenQueue
-    while (this.#seenHead < q.length && !inWindow(q[this.#seenHead]!.minute, nowMinute)) {
-      this.#seen.delete(q[this.#seenHead]!.key)
-      this.#seenHead++
-    }
-    if (this.#seenHead > 1024 && this.#seenHead * 2 > q.length) {
-      q.splice(0, this.#seenHead)
-      this.#seenHead = 0
-    }
-  }
 }
 
 const SWEEP_PER_ACCESS = 8
@@ -251,9 +236,6 @@ function refOf(key: string): AgentRef {
   return { userId: key.slice(0, i), agentId: key.slice(i + 1) }
 }
 
-function seenKey(ref: AgentRef, eventId: string): string {
-  return `${agentKey(ref)}\0${eventId}`
-}
 
 function snapshotOf(agent: AgentEntry): AgentSnapshot {
   return {
