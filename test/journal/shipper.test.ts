@@ -7,9 +7,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { Shipper } from '../../src/journal/shipper.ts'
 import type { JournalBatch, JournalSource } from '../../src/journal/types.ts'
-import { createClickHouse, toChDateTime64us } from '../../src/storage/clickhouse.ts'
+import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { agentTotals, hourlyCost, type EventRow } from '../../src/storage/events.ts'
 import { migrate } from '../../src/storage/migrations.ts'
+import { eventRow } from '../helpers/rows.ts'
 
 // The shipper against the real engine (chDB) and the real segment log.
 const T = Date.UTC(2026, 5, 1, 10, 20, 0)
@@ -25,22 +26,7 @@ afterAll(() => clickhouse?.close())
 
 function event(agent: string): EventRow {
   const n = ++seq
-  return {
-    user_id: 'u',
-    agent_id: agent,
-    timestamp: toChDateTime64us((T + n) * 1000),
-    event_id: `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`,
-    event_type: 'llm_call',
-    model: 'gpt-4o',
-    input_tokens: 10,
-    output_tokens: 5,
-    cache_read_tokens: 0,
-    cache_write_tokens: 0,
-    tool_name: null,
-    metadata: '',
-    cost_nano: 100,
-    price_fallback: false,
-  }
+  return eventRow({ agent_id: agent, at: T + n, event_id: `00000000-0000-4000-8000-${String(n).padStart(12, '0')}` })
 }
 
 const openLog = (dir: string) => SegmentLog.open({ dir, fsync: false, maxRows: 1_000_000 })

@@ -14,12 +14,12 @@ import {
   seenEvents,
   storedEvents,
   windowMinutes,
-  type EventRow,
 } from '../../src/storage/events.ts'
 import { migrate, readMigrations } from '../../src/storage/migrations.ts'
 import { insertJsonLines } from '../../src/storage/query.ts'
 import { startClickHouseServer } from '../helpers/clickhouse-server.ts'
 import { dockerAvailable } from '../helpers/docker.ts'
+import { eventRow } from '../helpers/rows.ts'
 
 /**
  * The same storage cases run against the in-process engine (always) and against a real
@@ -27,25 +27,7 @@ import { dockerAvailable } from '../helpers/docker.ts'
  */
 const T = Date.UTC(2026, 5, 1, 10, 20, 0)
 
-function row(o: Partial<EventRow> & { event_id: string; at: number }): EventRow {
-  const { at, ...rest } = o
-  return {
-    user_id: 'u',
-    agent_id: 'a',
-    timestamp: toChDateTime64us(at * 1000),
-    event_type: 'llm_call',
-    model: 'gpt-4o',
-    input_tokens: 10,
-    output_tokens: 5,
-    cache_read_tokens: 0,
-    cache_write_tokens: 0,
-    tool_name: null,
-    metadata: '',
-    cost_nano: 100,
-    price_fallback: false,
-    ...rest,
-  }
-}
+const row = eventRow
 
 function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () => Promise<void> }>) {
   let client: ClickHouseClient
