@@ -99,42 +99,42 @@ export async function openServices(
         onFailed: () => metrics.shipFailures.inc(),
       })
     : null
-  const groupCommit =
-    memory || !redis
-      ? null
-      : new IngestService({
-          clickhouse,
-          hotState,
-          prices,
-          notifier,
-          clock,
-          log,
-          batch: {
-            maxItems: config.batch.maxRows,
-            maxWaitMs: config.batch.maxWaitMs,
-            onCommit: (c) => {
-              metrics.batchSize.observe(c.size)
-              metrics.batchWaitSeconds.observe(c.waitMs / 1000)
-              metrics.commitSeconds.observe(c.durationMs / 1000)
-            },
+  // One write path each way: embedded, the journal (issue 8); with REDIS_URL, the group
+  // commit on the request path, until the Redis journal replaces it.
+  const groupCommit = memory
+    ? null
+    : new IngestService({
+        clickhouse,
+        hotState,
+        prices,
+        notifier,
+        clock,
+        log,
+        batch: {
+          maxItems: config.batch.maxRows,
+          maxWaitMs: config.batch.maxWaitMs,
+          onCommit: (c) => {
+            metrics.batchSize.observe(c.size)
+            metrics.batchWaitSeconds.observe(c.waitMs / 1000)
+            metrics.commitSeconds.observe(c.durationMs / 1000)
           },
-        })
+        },
+      })
   const ingest: Ingest =
-    memory && journal
-      ? new JournaledIngest({
-          hotState: memory,
-          journal,
-          prices,
-          notifier,
-          clock,
-          log,
-          onAppended: (rows) => rows >= config.ship.maxRows && shipper?.kick(),
-        })
-      : groupCommit!
-  if (memory && journal) {
+    groupCommit ??
+    new JournaledIngest({
+      hotState: memory!,
+      journal: journal!,
+      prices,
+      notifier,
+      clock,
+      log,
+      onAppended: (rows) => rows >= config.ship.maxRows && shipper?.kick(),
+    })
+  if (memory && journal && shipper) {
     const transitions = await rebuildHotState(clickhouse, memory, clock.now(), journal.unshipped())
     if (transitions.length > 0) await ingest.persistTransitions(transitions)
-    shipper!.start()
+    shipper.start()
   }
 
   const agents = new AgentService({ clickhouse, hotState, ingest, clock, allowPrivateWebhooks: config.webhook.allowPrivate })
