@@ -1,6 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
-import type { AgentLoad, AgentPolicy, AgentRef, HotState, PauseState, RestoreData, Transition } from '../hot-state/types.ts'
-import { allConfigs, getConfig, type AgentConfigRow } from '../storage/configs.ts'
+import type { AgentLoad, AgentLoader, AgentPolicy, AgentRef, HotState, PauseState, RestoreData, Transition } from '../hot-state/types.ts'
+import { allConfigs, type AgentConfigRow } from '../storage/configs.ts'
 import { seenEvents, windowMinutes } from '../storage/events.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
 import type { JournalEntry } from '../journal/types.ts'
@@ -58,23 +58,85 @@ export async function rebuildHotState(
   return hotState.restore(data, now)
 }
 
-/** One agent's state from ClickHouse, for a hot state that lost it (loaded on demand). */
-export function agentLoader(clickhouse: ClickHouseClient) {
-  return async (ref: AgentRef, now: number): Promise<AgentLoad> => {
-    const since = windowStartMs(now)
-    const [minutes, seen, config, pauses] = await Promise.all([
-      windowMinutes(clickhouse, since, ref),
-      seenEvents(clickhouse, since, ref),
-      getConfig(clickhouse, ref.userId, ref.agentId),
-      latestTransitions(clickhouse, ref),
-    ])
-    return {
-      minutes: minutes.map((m) => ({ minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })),
-      seen: seen.map((s) => ({ eventId: s.event_id, costNano: s.cost_nano, minute: s.minute })),
-      policy: config ? policyOf(config) : null,
-      pause: pauses[0] ? pauseOf(pauses[0]) : null,
-    }
+export interface AgentLoaderOptions {
+  /** Agents per batch at most, when more are waiting. */
+  maxBatch?: number
+  /** Batches running at once; agents asked for meanwhile gather into the next one. */
+  concurrency?: number
+}
+
+/**
+ * Agents' state from ClickHouse, for a hot state that lost it (Redis: loaded on demand).
+ * The agents asked for in one turn of the event loop share one batch of reads: four queries
+ * run together, whatever the number of agents. One query each per agent, queued behind one
+ * another, held a fleet's first events after a Redis restart or a new day to 14-21 new agents
+ * a second (issue 8). An agent with no history waits for one batch.
+ */
+export function agentLoader(clickhouse: ClickHouseClient, o: AgentLoaderOptions = {}): AgentLoader & { readonly stats: { batches: number; agents: number } } {
+  const maxBatch = o.maxBatch ?? 1000
+  const concurrency = o.concurrency ?? 4
+  const stats = { batches: 0, agents: 0 }
+  type Waiting = { ref: AgentRef; done: Array<{ resolve: (l: AgentLoad) => void; reject: (e: unknown) => void }> }
+  let gathering: { agents: Map<string, Waiting>; now: number } | null = null
+  let running = 0
+
+  const start = (): void => {
+    if (!gathering || running >= concurrency) return
+    const { agents, now } = gathering
+    gathering = null
+    running++
+    stats.batches++
+    stats.agents += agents.size
+    loadAgents(clickhouse, [...agents.values()].map((w) => w.ref), now)
+      .then(
+        (loads) => agents.forEach((w, id) => w.done.forEach((d) => d.resolve(loads.get(id)!))),
+        (err: unknown) => agents.forEach((w) => w.done.forEach((d) => d.reject(err))),
+      )
+      .finally(() => {
+        running--
+        start()
+      })
   }
+
+  const load = (ref: AgentRef, now: number): Promise<AgentLoad> =>
+    new Promise((resolve, reject) => {
+      if (!gathering) {
+        gathering = { agents: new Map(), now }
+        setImmediate(start)
+      }
+      gathering.now = Math.max(gathering.now, now)
+      const id = `${ref.userId}\0${ref.agentId}`
+      let waiting = gathering.agents.get(id)
+      if (!waiting) gathering.agents.set(id, (waiting = { ref, done: [] }))
+      waiting.done.push({ resolve, reject })
+      if (gathering.agents.size >= maxBatch) start()
+    })
+  return Object.assign(load, { stats })
+}
+
+/** The state of a batch of agents as ClickHouse has it, by `user\0agent`. */
+async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[], now: number): Promise<Map<string, AgentLoad>> {
+  const since = windowStartMs(now)
+  const [minutes, seen, configs, pauses] = await Promise.all([
+    windowMinutes(clickhouse, since, refs),
+    seenEvents(clickhouse, since, refs),
+    allConfigs(clickhouse, refs),
+    latestTransitions(clickhouse, refs),
+  ])
+  const loads = new Map<string, AgentLoad>(refs.map((r) => [`${r.userId}\0${r.agentId}`, { minutes: [], seen: [], policy: null, pause: null }]))
+  // Rows of pairs not asked for (a user of the batch with another user's agent id) are skipped.
+  const of = (r: { user_id: string; agent_id: string }) => loads.get(`${r.user_id}\0${r.agent_id}`)
+  for (const m of minutes) of(m)?.minutes.push({ minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })
+  for (const s of seen) of(s)?.seen.push({ eventId: s.event_id, costNano: s.cost_nano, minute: s.minute })
+  for (const c of configs) {
+    const l = of(c)
+    if (l) l.policy = policyOf(c)
+  }
+  for (const p of pauses) {
+    const l = of(p)
+    if (l) l.pause = pauseOf(p)
+  }
+  return loads
 }
 
 function policyOf(c: AgentConfigRow): AgentPolicy {

@@ -1,7 +1,9 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
+import type { AgentRef } from '../hot-state/types.ts'
 import type { Nano } from '../money.ts'
 import { toChDateTime } from './clickhouse.ts'
+import { agentsFilter, agentsParams } from './events.ts'
 import { insert, select } from './query.ts'
 import { nextVersion } from './version.ts'
 
@@ -51,7 +53,7 @@ export async function getConfig(client: ClickHouseClient, userId: string, agentI
   return rows[0] ?? null
 }
 
-/** Every agent's current config, for rebuilding the hot state. */
-export function allConfigs(client: ClickHouseClient): Promise<AgentConfigRow[]> {
-  return select(client, `${LATEST} GROUP BY user_id, agent_id`, {}, configRow)
+/** Every agent's current config, or those of a batch of agents, for rebuilding the hot state. */
+export function allConfigs(client: ClickHouseClient, refs?: readonly AgentRef[]): Promise<AgentConfigRow[]> {
+  return select(client, `${LATEST} WHERE 1 ${agentsFilter(refs)} GROUP BY user_id, agent_id`, agentsParams(refs), configRow)
 }

@@ -170,18 +170,18 @@ export type MinuteRow = z.output<typeof minuteRow>
  * An event_id stored twice for an agent (a retry whose first insert failed ambiguously)
  * counts once, as the hot state's dedup does.
  */
-export function windowMinutes(client: ClickHouseClient, sinceMs: number, ref?: AgentRef): Promise<MinuteRow[]> {
+export function windowMinutes(client: ClickHouseClient, sinceMs: number, refs?: readonly AgentRef[]): Promise<MinuteRow[]> {
   return select(
     client,
     `SELECT user_id, agent_id, minute, sum(cost) AS cost_nano, countIf(llm) AS llm_calls
      FROM (
        SELECT user_id, agent_id, min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute,
               argMin(cost_nano, timestamp) AS cost, argMin(event_type = 'llm_call', timestamp) AS llm
-       FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${agentFilter(ref)}
+       FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${agentsFilter(refs)}
        GROUP BY user_id, agent_id, event_id
      )
      GROUP BY user_id, agent_id, minute ORDER BY minute`,
-    { since: sinceMs, user: ref?.userId, agent: ref?.agentId },
+    { since: sinceMs, ...agentsParams(refs) },
     minuteRow,
   )
 }
@@ -190,21 +190,30 @@ const seenRow = z.object({ user_id: z.string(), agent_id: z.string(), event_id: 
 export type SeenRow = z.output<typeof seenRow>
 
 /** Event ids accepted since `sinceMs`, for rebuilding the dedup set. */
-export function seenEvents(client: ClickHouseClient, sinceMs: number, ref?: AgentRef): Promise<SeenRow[]> {
+export function seenEvents(client: ClickHouseClient, sinceMs: number, refs?: readonly AgentRef[]): Promise<SeenRow[]> {
   return select(
     client,
     `SELECT user_id, agent_id, toString(event_id) AS event_id, argMin(cost_nano, timestamp) AS cost_nano,
             min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute
-     FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${agentFilter(ref)}
+     FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${agentsFilter(refs)}
      GROUP BY user_id, agent_id, event_id`,
-    { since: sinceMs, user: ref?.userId, agent: ref?.agentId },
+    { since: sinceMs, ...agentsParams(refs) },
     seenRow,
   )
 }
 
-/** Narrows a rebuild query to one agent (an on-demand load), or leaves it whole. */
-export function agentFilter(ref: AgentRef | undefined): string {
-  return ref ? 'AND user_id = {user:String} AND agent_id = {agent:String}' : ''
+/**
+ * Narrows a rebuild query to a batch of agents (on-demand loads), or leaves it whole. By
+ * users and by agents, which the primary key prunes on; a row of another pair (a user of
+ * the batch with an agent id of another user's) may come back, and the caller keeps only
+ * the pairs it asked for.
+ */
+export function agentsFilter(refs: readonly AgentRef[] | undefined): string {
+  return refs ? 'AND user_id IN {users:Array(String)} AND agent_id IN {agents:Array(String)}' : ''
+}
+
+export function agentsParams(refs: readonly AgentRef[] | undefined): { users?: string[]; agents?: string[] } {
+  return refs ? { users: [...new Set(refs.map((r) => r.userId))], agents: [...new Set(refs.map((r) => r.agentId))] } : {}
 }
 
 /** The identity of a stored event: ids are unique per (user, agent). */

@@ -3,7 +3,7 @@ import { z } from 'zod'
 import type { AgentRef, Transition, TransitionReason } from '../hot-state/types.ts'
 import type { Nano } from '../money.ts'
 import { chDateTimeToMs, toChDateTime } from './clickhouse.ts'
-import { agentFilter } from './events.ts'
+import { agentsFilter, agentsParams } from './events.ts'
 import { insert, select } from './query.ts'
 
 /** A row of pause_transitions as burnrate writes it. */
@@ -50,7 +50,7 @@ const latestRow = z
 export type LatestTransition = z.output<typeof latestRow>
 
 /** The newest transition of every agent: its pause state as last decided. */
-export function latestTransitions(client: ClickHouseClient, ref?: AgentRef): Promise<LatestTransition[]> {
+export function latestTransitions(client: ClickHouseClient, refs?: readonly AgentRef[]): Promise<LatestTransition[]> {
   return select(
     client,
     `SELECT user_id, agent_id,
@@ -59,8 +59,8 @@ export function latestTransitions(client: ClickHouseClient, ref?: AgentRef): Pro
             argMax(override, version) AS override,
             max(version) AS last_version,
             toString(max(at)) AS last_at
-     FROM pause_transitions WHERE 1 ${agentFilter(ref)} GROUP BY user_id, agent_id`,
-    { user: ref?.userId, agent: ref?.agentId },
+     FROM pause_transitions WHERE 1 ${agentsFilter(refs)} GROUP BY user_id, agent_id`,
+    agentsParams(refs),
     latestRow,
   )
 }

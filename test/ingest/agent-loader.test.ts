@@ -1,0 +1,62 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type { ClickHouseClient } from '@clickhouse/client'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { agentLoader } from '../../src/ingest/rebuild.ts'
+import { createClickHouse } from '../../src/storage/clickhouse.ts'
+import { upsertConfig } from '../../src/storage/configs.ts'
+import { insertEvents } from '../../src/storage/events.ts'
+import { migrate } from '../../src/storage/migrations.ts'
+import { eventRow } from '../helpers/rows.ts'
+
+// Issue 8, item 5: agents missing from Redis are loaded in batches, one batch of reads for
+// all that are missing at that moment, on the real engine.
+const NOW = Date.UTC(2026, 5, 1, 12, 0, 0)
+let clickhouse: ClickHouseClient
+let n = 0
+const id = () => `00000000-0000-4000-c000-${String(++n).padStart(12, '0')}`
+
+beforeAll(async () => {
+  clickhouse = createClickHouse({ clickhouse: { kind: 'embedded', path: join(mkdtempSync(join(tmpdir(), 'burnrate-loader-')), 'ch') }, clickhouseDatabase: 'default' })
+  await migrate(clickhouse)
+  // u1's agent "a" and u2's agent "b" have history; u1 has no "b" and u2 no "a".
+  await insertEvents(clickhouse, [
+    eventRow({ user_id: 'u1', agent_id: 'a', event_id: id(), at: NOW - 60_000, cost_nano: 5 }),
+    eventRow({ user_id: 'u1', agent_id: 'a', event_id: id(), at: NOW - 60_000, cost_nano: 7 }),
+    eventRow({ user_id: 'u2', agent_id: 'b', event_id: id(), at: NOW - 120_000, cost_nano: 11 }),
+    eventRow({ user_id: 'u2', agent_id: 'b', event_id: id(), at: NOW - 25 * 3_600_000, cost_nano: 1000 }), // out of the window
+  ])
+  await upsertConfig(clickhouse, { user_id: 'u2', agent_id: 'b', threshold_nano: 3, slack_webhook_url: null, auto_resume: true, updatedAtMs: NOW })
+})
+afterAll(() => clickhouse?.close())
+
+describe('loading agents from ClickHouse', () => {
+  it('loads the agents asked for in one turn in one batch, each with exactly its own state', async () => {
+    const load = agentLoader(clickhouse)
+    const fresh = Array.from({ length: 200 }, (_, i) => load({ userId: 'u3', agentId: `new-${i}` }, NOW))
+    const [a, b, u1b, u2a] = await Promise.all([
+      load({ userId: 'u1', agentId: 'a' }, NOW),
+      load({ userId: 'u2', agentId: 'b' }, NOW),
+      load({ userId: 'u1', agentId: 'b' }, NOW),
+      load({ userId: 'u2', agentId: 'a' }, NOW),
+    ])
+    expect(load.stats).toEqual({ batches: 1, agents: 204 })
+    expect(a!.minutes.reduce((s, m) => s + m.costNano, 0)).toBe(12)
+    expect(a!.seen).toHaveLength(2)
+    expect(a!.policy).toBeNull()
+    expect(b).toMatchObject({ minutes: [{ costNano: 11, llmCalls: 1 }], policy: { thresholdNano: 3, autoResume: true } })
+    expect(b!.seen).toHaveLength(1)
+    // The other user's agent of the same name is not theirs.
+    for (const none of [u1b, u2a, ...(await Promise.all(fresh))]) expect(none).toEqual({ minutes: [], seen: [], policy: null, pause: null })
+  })
+
+  it('gathers the agents asked for while a batch runs into the next one, within its concurrency', async () => {
+    const load = agentLoader(clickhouse, { concurrency: 1 })
+    const first = load({ userId: 'u1', agentId: 'a' }, NOW)
+    await new Promise((r) => setImmediate(r)) // the first batch is under way
+    const later = Array.from({ length: 30 }, (_, i) => load({ userId: 'u4', agentId: `later-${i}` }, NOW))
+    await Promise.all([first, ...later])
+    expect(load.stats).toEqual({ batches: 2, agents: 31 })
+  })
+})
