@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { SegmentLog, type SegmentLogOptions } from '../../src/journal/segment-log.ts'
-import { JournalFullError, type JournalRow } from '../../src/journal/types.ts'
+import type { JournalRow } from '../../src/journal/types.ts'
 import type { EventRow } from '../../src/storage/events.ts'
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 0)
@@ -19,55 +19,8 @@ const openLog = (d: string, o: Partial<SegmentLogOptions> = {}) => SegmentLog.op
 /** Event ids of rows as appended (row), as shipped (their JSON, never parsed by the log) or as rebuilt. */
 const ids = (rows: Array<{ row: unknown } | { json: Buffer }>) => rows.map((r) => ('json' in r ? (JSON.parse(r.json.toString()) as EventRow) : (r.row as EventRow)).event_id)
 
+// The behaviour every journal shares is in contract.test.ts; these cases are the segment log's own.
 describe('segment log journal', () => {
-  it('gives back what was appended, in order, as one batch per next(), and forgets it once committed', async () => {
-    const log = await openLog(dir())
-    const rows = [event(), event(), event('b')]
-    await Promise.all([log.append([rows[0]!], T0), log.append([rows[1]!, rows[2]!], T0 + 5)])
-    expect(log.backlog()).toMatchObject({ rows: 3, oldestAt: T0 })
-    const batch = await log.next(10)
-    // The row's JSON as appended: the shipper sends it to ClickHouse as it is.
-    expect(batch!.entries).toEqual([
-      { table: 'events', json: Buffer.from(JSON.stringify(rows[0]!.row)), at: T0 },
-      { table: 'events', json: Buffer.from(JSON.stringify(rows[1]!.row)), at: T0 + 5 },
-      { table: 'events', json: Buffer.from(JSON.stringify(rows[2]!.row)), at: T0 + 5 },
-    ])
-    await log.commit(batch!)
-    expect(log.backlog()).toEqual({ rows: 0, bytes: 0, oldestAt: null })
-    expect(await log.next(10)).toBeNull()
-    await log.close()
-  })
-
-  it('cuts batches at maxRows, and the next batch starts where the last one ended', async () => {
-    const log = await openLog(dir())
-    const rows = Array.from({ length: 7 }, () => event())
-    await log.append(rows, T0)
-    const first = await log.next(4)
-    expect(ids(first!.entries)).toEqual(ids(rows.slice(0, 4)))
-    await log.commit(first!)
-    const second = await log.next(4)
-    expect(ids(second!.entries)).toEqual(ids(rows.slice(4)))
-    expect(second!.token).not.toBe(first!.token)
-    await log.close()
-  })
-
-  it('ships a batch begun before a crash again, the same rows with the same token', async () => {
-    const d = dir()
-    const log = await openLog(d)
-    await log.append([event(), event()], T0)
-    const begun = await log.next(10)
-    // The process dies here, after (or during) the INSERT and before commit().
-    await log.close()
-    await log.append([event()], T0).catch(() => {}) // a closed log takes nothing
-    const reopened = await openLog(d)
-    await reopened.append([event()], T0 + 1)
-    const again = await reopened.next(10)
-    expect(again).toEqual(begun)
-    await reopened.commit(again!)
-    expect(ids((await reopened.next(10))!.entries)).toHaveLength(1)
-    await reopened.close()
-  })
-
   it('keeps what is not shipped across a restart, and gives it for the rebuild', async () => {
     const d = dir()
     const log = await openLog(d)
@@ -118,17 +71,6 @@ describe('segment log journal', () => {
     await reopened.close()
   })
 
-  it('refuses rows at its bound before taking any, and takes them again once shipped', async () => {
-    const log = await openLog(dir(), { maxRows: 3 })
-    await log.append([event(), event(), event()], T0)
-    expect(() => log.append([event()], T0)).toThrow(JournalFullError)
-    expect(log.backlog().rows).toBe(3)
-    await log.commit((await log.next(10))!)
-    await log.append([event()], T0)
-    expect(log.backlog().rows).toBe(1)
-    await log.close()
-  })
-
   it('rolls segments at their size, reads across them, and deletes the shipped ones', async () => {
     const d = dir()
     const log = await openLog(d, { segmentBytes: 256 })
@@ -156,10 +98,4 @@ describe('segment log journal', () => {
     await log.close()
   })
 
-  it('gives every journal tokens of its own', async () => {
-    const [a, b] = await Promise.all([openLog(dir()), openLog(dir())])
-    await Promise.all([a.append([event()], T0), b.append([event()], T0)])
-    expect((await a.next(10))!.token).not.toBe((await b.next(10))!.token)
-    await Promise.all([a.close(), b.close()])
-  })
 })

@@ -1,0 +1,177 @@
+import { createHash } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import type { Cluster, Redis } from 'ioredis'
+import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalRow, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
+
+/**
+ * The journal with REDIS_URL (issue 8): Redis Streams, partitioned by user, so that a
+ * user's agents, the user's own state and the partition's stream share one hash tag and the
+ * hot state's record script can append in the same atomic step (one slot, Redis Cluster too).
+ *
+ * Each instance appends to streams of its own, one per partition ({p<n>}:j:<instance>), and
+ * ships only those: its batch spans partitions (about one INSERT a second per instance, not
+ * one per partition), and its idempotency lives in one key of its own, ship:<instance>: the
+ * cursors, the batch under way (its ranges and token, recorded before its INSERT) and its
+ * owner. Another instance takes a dead one's journal over by becoming its owner, which
+ * fences the dead one out of begin and commit, and by adding it to every partition's fenced
+ * set, which keeps a late append of it out; it then ships the batch under way again with its
+ * token, and the rest. No timeout has to agree with another for this to hold: a zombie's
+ * INSERT carries the token the new owner ships again, or never happens.
+ */
+export interface RedisJournalOptions {
+  redis: Redis | Cluster
+  /** This instance's id: its streams and its ship key are named by it. */
+  instance: string
+  partitions: number
+  /** Unshipped rows at most, over all partitions (each stream holds its share). */
+  maxRows: number
+  prefix?: string
+}
+
+/** The journal's owner changed: this instance was taken for dead and must rejoin under a new id. */
+export class JournalFencedError extends Error {
+  constructor(instance: string) {
+    super(`journal of instance ${instance} was taken over by another instance`)
+    this.name = 'JournalFencedError'
+  }
+}
+
+export class RedisJournal implements JournalSource {
+  readonly #o: Required<RedisJournalOptions>
+  readonly #scripts: Scripts
+  #backlog: JournalBacklog = { rows: 0, bytes: 0, oldestAt: null }
+
+  constructor(o: RedisJournalOptions) {
+    this.#o = { prefix: 'br:', ...o }
+    if (/[{}]/.test(this.#o.prefix)) throw new Error(`journal prefix must not contain braces: ${this.#o.prefix}`)
+    for (const [name, { lua, keys }] of Object.entries(SCRIPTS)) this.#o.redis.defineCommand(name, { lua, numberOfKeys: keys })
+    this.#scripts = this.#o.redis as unknown as Scripts
+  }
+
+  /** Makes this instance the owner of its journal (at start-up, under a new id). */
+  async register(): Promise<void> {
+    await this.#o.redis.hsetnx(this.#shipKey, 'owner', this.#o.instance)
+    await this.#o.redis.sadd(`${this.#o.prefix}ship:instances`, this.#o.instance)
+  }
+
+  /** The partition of a user: its keys and its rows' stream share the tag {p<n>}. */
+  partitionOf(userId: string): number {
+    return createHash('sha256').update(userId).digest().readUInt32LE(0) % this.#o.partitions
+  }
+
+  streamKey(partition: number): string {
+    return `${this.#o.prefix}{p${partition}}:j:${this.#o.instance}`
+  }
+
+  fencedKey(partition: number): string {
+    return `${this.#o.prefix}{p${partition}}:fenced`
+  }
+
+  backlog(): JournalBacklog {
+    return this.#backlog
+  }
+
+  /** Appends rows (each to its user's partition); resolves once Redis has them. */
+  async append(rows: readonly JournalRow[], now: number): Promise<void> {
+    const byPartition = new Map<number, string[]>()
+    for (const r of rows) {
+      const p = this.partitionOf(r.row.user_id)
+      let args = byPartition.get(p)
+      if (!args) byPartition.set(p, (args = []))
+      args.push(r.table, JSON.stringify(r.row))
+    }
+    const perStream = Math.ceil(this.#o.maxRows / this.#o.partitions)
+    const answers = await Promise.all(
+      [...byPartition].map(([p, args]) => this.#scripts.burnrateJournalAppend(this.streamKey(p), this.fencedKey(p), this.#o.instance, now, perStream, ...args)),
+    )
+    if (answers.includes('FENCED')) throw new JournalFencedError(this.#o.instance)
+    if (answers.includes('FULL')) throw new JournalFullError({ ...this.#backlog, rows: Math.max(this.#backlog.rows, this.#o.maxRows) })
+    this.#backlog = { ...this.#backlog, rows: this.#backlog.rows + rows.length, oldestAt: this.#backlog.oldestAt ?? now }
+  }
+
+  async next(maxRows: number): Promise<JournalBatch | null> {
+    const ship = await this.#o.redis.hgetall(this.#shipKey)
+    if (ship.owner !== undefined && ship.owner !== this.#o.instance) throw new JournalFencedError(this.#o.instance)
+    if (ship.intent) {
+      const { token, ranges } = JSON.parse(ship.intent) as Intent
+      const entries = (await Promise.all(Object.entries(ranges).map(([p, [from, to]]) => this.#range(Number(p), from, to)))).flat()
+      return { token, entries }
+    }
+    const ranges: Ranges = {}
+    const entries: ShippedEntry[] = []
+    let oldestAt: number | null = null
+    for (let p = 0; p < this.#o.partitions && entries.length < maxRows; p++) {
+      const got = await this.#o.redis.xrangeBuffer(this.streamKey(p), `(${ship[`c${p}`] ?? '0-0'}`, '+', 'COUNT', maxRows - entries.length)
+      if (got.length === 0) continue
+      ranges[p] = [got[0]![0].toString(), got.at(-1)![0].toString()]
+      for (const [, fields] of got) entries.push(entryOf(fields))
+      oldestAt = Math.min(oldestAt ?? Infinity, entries.at(-got.length)!.at)
+    }
+    await this.#refreshBacklog(oldestAt)
+    if (entries.length === 0) return null
+    const [state, token] = (await this.#scripts.burnrateJournalBegin(this.#shipKey, this.#o.instance, JSON.stringify(ranges))) as [string, string?]
+    if (state === 'FENCED') throw new JournalFencedError(this.#o.instance)
+    if (state !== 'OK') throw new Error(`journal ${this.#o.instance}: begin answered ${state}`)
+    return { token: token!, entries }
+  }
+
+  async commit(batch: JournalBatch): Promise<void> {
+    const [state, raw] = (await this.#scripts.burnrateJournalCommit(this.#shipKey, this.#o.instance, batch.token)) as [string, string?]
+    if (state === 'FENCED') throw new JournalFencedError(this.#o.instance)
+    if (state !== 'OK') throw new Error(`journal ${this.#o.instance}: no batch ${batch.token} under way`)
+    // What is shipped goes; a trim lost to a crash is done by the next commit's.
+    const ranges = JSON.parse(raw!) as Ranges
+    await Promise.all(Object.entries(ranges).map(([p, [, to]]) => this.#o.redis.xtrim(this.streamKey(Number(p)), 'MINID', after(to))))
+    const rows = Math.max(0, this.#backlog.rows - batch.entries.length)
+    this.#backlog = { rows, bytes: 0, oldestAt: rows === 0 ? null : this.#backlog.oldestAt }
+  }
+
+  get #shipKey(): string {
+    return `${this.#o.prefix}ship:${this.#o.instance}`
+  }
+
+  async #range(partition: number, from: string, to: string): Promise<ShippedEntry[]> {
+    return (await this.#o.redis.xrangeBuffer(this.streamKey(partition), from, to)).map(([, fields]) => entryOf(fields))
+  }
+
+  async #refreshBacklog(oldestAt: number | null): Promise<void> {
+    const lengths = await Promise.all(Array.from({ length: this.#o.partitions }, (_, p) => this.#o.redis.xlen(this.streamKey(p))))
+    const rows = lengths.reduce((s, n) => s + n, 0)
+    this.#backlog = { rows, bytes: 0, oldestAt: rows === 0 ? null : oldestAt }
+  }
+}
+
+type Ranges = Record<string, [string, string]>
+interface Intent {
+  token: string
+  ranges: Ranges
+}
+
+/** A stream entry's fields (t, a, j) as shipped: the JSON bytes as appended. */
+function entryOf(fields: Buffer[]): ShippedEntry {
+  let table: JournalTable = 'events'
+  let at = 0
+  let json: Buffer = Buffer.alloc(0)
+  for (let i = 0; i < fields.length; i += 2) {
+    const name = fields[i]!.toString()
+    if (name === 't') table = fields[i + 1]!.toString() as JournalTable
+    else if (name === 'a') at = Number(fields[i + 1]!.toString())
+    else if (name === 'j') json = fields[i + 1]!
+  }
+  if (!JOURNAL_TABLES.includes(table)) throw new Error(`journal entry for an unknown table ${table}`)
+  return { table, at, json }
+}
+
+/** The stream id right after `id` (XTRIM MINID keeps ids at or above it). */
+function after(id: string): string {
+  const [ms, seq] = id.split('-')
+  return `${ms}-${Number(seq) + 1}`
+}
+
+const lua = (name: string): string => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8')
+const SCRIPTS = {
+  burnrateJournalAppend: { lua: lua('append'), keys: 2 },
+  burnrateJournalBegin: { lua: lua('begin'), keys: 1 },
+  burnrateJournalCommit: { lua: lua('commit'), keys: 1 },
+}
+type Scripts = Record<keyof typeof SCRIPTS, (...args: Array<string | number>) => Promise<unknown>>
