@@ -20,12 +20,16 @@ import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatc
  */
 export interface RedisJournalOptions {
   redis: Redis | Cluster
-  /** This instance's id: its streams and its ship key are named by it. */
+  /** The instance whose journal this is: its streams and its ship key are named by it. */
   instance: string
+  /** Who works on it: the instance itself, or the one that took it over (default: the instance). */
+  caller?: string
   partitions: number
   /** Unshipped rows at most, over all partitions (each stream holds its share). */
   maxRows: number
   prefix?: string
+  /** How long ownership holds without a renew() (default 10 s). */
+  leaseMs?: number
 }
 
 /** The journal's owner changed: this instance was taken for dead and must rejoin under a new id. */
@@ -42,7 +46,7 @@ export class RedisJournal implements JournalSource {
   #backlog: JournalBacklog = { rows: 0, bytes: 0, oldestAt: null }
 
   constructor(o: RedisJournalOptions) {
-    this.#o = { prefix: 'br:', ...o }
+    this.#o = { prefix: 'br:', caller: o.instance, leaseMs: 10_000, ...o }
     if (/[{}]/.test(this.#o.prefix)) throw new Error(`journal prefix must not contain braces: ${this.#o.prefix}`)
     for (const [name, { lua, keys }] of Object.entries(SCRIPTS)) this.#o.redis.defineCommand(name, { lua, numberOfKeys: keys })
     this.#scripts = this.#o.redis as unknown as Scripts
@@ -51,7 +55,40 @@ export class RedisJournal implements JournalSource {
   /** Makes this instance the owner of its journal (at start-up, under a new id). */
   async register(): Promise<void> {
     await this.#o.redis.hsetnx(this.#shipKey, 'owner', this.#o.instance)
-    await this.#o.redis.sadd(`${this.#o.prefix}ship:instances`, this.#o.instance)
+    await this.renew()
+    await this.#o.redis.sadd(this.#instancesKey, this.#o.instance)
+  }
+
+  /** Keeps the ownership for another lease; throws JournalFencedError when it was taken over. */
+  async renew(): Promise<void> {
+    if ((await this.#scripts.burnrateJournalLease(this.#shipKey, this.#o.caller, this.#o.leaseMs, 'renew')) === 'FENCED') {
+      throw new JournalFencedError(this.#o.instance)
+    }
+  }
+
+  /**
+   * The journals of instances whose lease has run out, taken over by `caller`: each is owned
+   * by the caller from now on (which fences the dead one out of its batches) and fenced out
+   * of its partitions (no late append), ready to be drained by a shipper like any journal.
+   */
+  async takeOverDead(): Promise<RedisJournal[]> {
+    const taken: RedisJournal[] = []
+    for (const instance of await this.#o.redis.smembers(this.#instancesKey)) {
+      if (instance === this.#o.instance) continue
+      const other = new RedisJournal({ ...this.#o, instance, caller: this.#o.caller })
+      if ((await this.#scripts.burnrateJournalLease(other.#shipKey, this.#o.caller, this.#o.leaseMs, 'take')) !== 'HELD') continue
+      await Promise.all(Array.from({ length: this.#o.partitions }, (_, p) => this.#o.redis.sadd(other.fencedKey(p), instance)))
+      taken.push(other)
+    }
+    return taken
+  }
+
+  /** Removes a drained journal that was taken over (its streams, its ship key). */
+  async forget(): Promise<void> {
+    if (this.#o.caller === this.#o.instance) throw new Error('an instance forgets only journals it took over')
+    await Promise.all(Array.from({ length: this.#o.partitions }, (_, p) => this.#o.redis.unlink(this.streamKey(p))))
+    await this.#o.redis.unlink(this.#shipKey)
+    await this.#o.redis.srem(this.#instancesKey, this.#o.instance)
   }
 
   /** The partition of a user: its keys and its rows' stream share the tag {p<n>}. */
@@ -91,7 +128,7 @@ export class RedisJournal implements JournalSource {
 
   async next(maxRows: number): Promise<JournalBatch | null> {
     const ship = await this.#o.redis.hgetall(this.#shipKey)
-    if (ship.owner !== undefined && ship.owner !== this.#o.instance) throw new JournalFencedError(this.#o.instance)
+    if (ship.owner !== undefined && ship.owner !== this.#o.caller) throw new JournalFencedError(this.#o.instance)
     if (ship.intent) {
       const { token, ranges } = JSON.parse(ship.intent) as Intent
       const entries = (await Promise.all(Object.entries(ranges).map(([p, [from, to]]) => this.#range(Number(p), from, to)))).flat()
@@ -109,14 +146,14 @@ export class RedisJournal implements JournalSource {
     }
     await this.#refreshBacklog(oldestAt)
     if (entries.length === 0) return null
-    const [state, token] = (await this.#scripts.burnrateJournalBegin(this.#shipKey, this.#o.instance, JSON.stringify(ranges))) as [string, string?]
+    const [state, token] = (await this.#scripts.burnrateJournalBegin(this.#shipKey, this.#o.caller, JSON.stringify(ranges))) as [string, string?]
     if (state === 'FENCED') throw new JournalFencedError(this.#o.instance)
     if (state !== 'OK') throw new Error(`journal ${this.#o.instance}: begin answered ${state}`)
     return { token: token!, entries }
   }
 
   async commit(batch: JournalBatch): Promise<void> {
-    const [state, raw] = (await this.#scripts.burnrateJournalCommit(this.#shipKey, this.#o.instance, batch.token)) as [string, string?]
+    const [state, raw] = (await this.#scripts.burnrateJournalCommit(this.#shipKey, this.#o.caller, batch.token)) as [string, string?]
     if (state === 'FENCED') throw new JournalFencedError(this.#o.instance)
     if (state !== 'OK') throw new Error(`journal ${this.#o.instance}: no batch ${batch.token} under way`)
     // What is shipped goes; a trim lost to a crash is done by the next commit's.
@@ -128,6 +165,10 @@ export class RedisJournal implements JournalSource {
 
   get #shipKey(): string {
     return `${this.#o.prefix}ship:${this.#o.instance}`
+  }
+
+  get #instancesKey(): string {
+    return `${this.#o.prefix}ship:instances`
   }
 
   async #range(partition: number, from: string, to: string): Promise<ShippedEntry[]> {
@@ -173,5 +214,6 @@ const SCRIPTS = {
   burnrateJournalAppend: { lua: lua('append'), keys: 2 },
   burnrateJournalBegin: { lua: lua('begin'), keys: 1 },
   burnrateJournalCommit: { lua: lua('commit'), keys: 1 },
+  burnrateJournalLease: { lua: lua('lease'), keys: 1 },
 }
 type Scripts = Record<keyof typeof SCRIPTS, (...args: Array<string | number>) => Promise<unknown>>

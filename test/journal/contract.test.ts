@@ -162,4 +162,33 @@ describe('journal: Redis streams, partitioned by user', () => {
     // The batch it began stays recorded, for the new owner to ship again under its token.
     expect(await client.hget('fence:ship:zombie', 'intent')).toContain(begun!.token)
   })
+
+  it('lets another instance take over the journal of one whose lease ran out, and ship its batch under way again', async () => {
+    redis ??= startRedis()
+    const client = (await redis).redis
+    const options = { redis: client, partitions: 2, maxRows: 1000, prefix: 'take:', leaseMs: 300 }
+    const a = new RedisJournal({ ...options, instance: 'a' })
+    const b = new RedisJournal({ ...options, instance: 'b' })
+    await Promise.all([a.register(), b.register()])
+    await a.append([event('x'), event('y'), event('w')], T0)
+    const begun = await a.next(10)
+    expect(await b.takeOverDead()).toEqual([]) // a's lease runs
+    // a dies here: it renews no more. b keeps its own lease and, once a's has run out, takes a's journal.
+    await expect
+      .poll(async () => {
+        await b.renew()
+        return (await b.takeOverDead()).length
+      }, { timeout: 5000, interval: 50 })
+      .toBe(1)
+    const [ofA] = await b.takeOverDead()
+    await expect(a.commit(begun!)).rejects.toThrow(/taken over/)
+    await expect(a.append([event('x')], T0)).rejects.toThrow(/taken over/)
+    await expect(a.renew()).rejects.toThrow(/taken over/)
+    const again = await ofA!.next(10)
+    expect(again).toEqual(begun) // the same rows under the same token: ClickHouse stores them once
+    await ofA!.commit(again!)
+    expect(await ofA!.next(10)).toBeNull()
+    await ofA!.forget()
+    expect(await client.smembers('take:ship:instances')).toEqual(['b'])
+  })
 })

@@ -6,10 +6,12 @@ import { pino } from 'pino'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { Shipper } from '../../src/journal/shipper.ts'
+import { RedisJournal } from '../../src/journal/redis-streams.ts'
 import type { JournalBatch, JournalSource } from '../../src/journal/types.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { agentTotals, hourlyCost, type EventRow } from '../../src/storage/events.ts'
 import { migrate } from '../../src/storage/migrations.ts'
+import { startRedis } from '../helpers/redis.ts'
 import { eventRow } from '../helpers/rows.ts'
 
 // The shipper against the real engine (chDB) and the real segment log.
@@ -103,5 +105,46 @@ describe('shipper', () => {
     await shipper.stop()
     expect(await stored('outage')).toEqual({ rows: 11, hourlyCalls: 11 })
     await journal.close()
+  })
+
+  it('ships, exactly once, the journal of a Redis instance that died between its INSERT and its commit', async () => {
+    const redis = await startRedis()
+    try {
+      const options = { redis: redis.redis, partitions: 4, maxRows: 10_000, prefix: 'dead:', leaseMs: 300 }
+      const a = new RedisJournal({ ...options, instance: 'a' })
+      const b = new RedisJournal({ ...options, instance: 'b' })
+      await Promise.all([a.register(), b.register()])
+      await a.append(Array.from({ length: 40 }, (_, i) => ({ table: 'events' as const, row: { ...event('redis-dead'), user_id: `u${i % 5}` } })), T)
+      let inserted = false
+      const dying: JournalSource = {
+        next: (n) => a.next(n),
+        backlog: () => a.backlog(),
+        commit: async () => {
+          inserted = true
+          throw new Error('killed after the INSERT, before the commit')
+        },
+      }
+      const first = new Shipper({ source: dying, clickhouse, maxRows: 1000, intervalMs: 60_000, log })
+      first.start()
+      await expect.poll(() => inserted, { timeout: 10_000 }).toBe(true)
+      await first.stop()
+      // a is dead: b takes its journal over once a's lease ran out, and ships it.
+      let taken: RedisJournal[] = []
+      await expect
+        .poll(async () => {
+          await b.renew()
+          taken = await b.takeOverDead()
+          return taken.length
+        }, { timeout: 5000, interval: 50 })
+        .toBe(1)
+      const second = new Shipper({ source: taken[0]!, clickhouse, maxRows: 1000, intervalMs: 60_000, log })
+      second.start()
+      await expect.poll(async () => (await taken[0]!.next(1000)) === null, { timeout: 10_000 }).toBe(true)
+      await second.stop()
+      const stored = await clickhouse.query({ query: "SELECT count() AS n, uniqExact(event_id) AS ids FROM events WHERE agent_id = 'redis-dead'", format: 'JSONEachRow' })
+      expect(await stored.json()).toEqual([{ n: '40', ids: '40' }])
+    } finally {
+      await redis.stop()
+    }
   })
 })
