@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { eventually, LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
+import { agentKeyId, DEFAULT_PARTITIONS, partitionOf, partitionTag } from '../src/storage/redis-keys.ts'
 import { startRedis } from './helpers/redis.ts'
 
 let redis: Awaited<ReturnType<typeof startRedis>>
@@ -57,8 +58,9 @@ describe('a defect is not an outage', () => {
     const key = await h.key(unique('u'))
     expect((await h.post('/events', llmCall('wrongtype'), key)).statusCode).toBe(200)
     // Another program wrote a string where burnrate keeps the agent's hash: every script on it fails.
-    const keys = await redis.redis.keys('br:hs:*wrongtype*:a')
-    expect(keys).toHaveLength(1)
+    const userId = (await h.services.keys.verify(key))!.userId
+    const keys = [`br:${partitionTag(partitionOf(userId, DEFAULT_PARTITIONS))}:hs:${agentKeyId(userId, 'wrongtype')}:a`]
+    expect(await redis.redis.exists(keys[0]!)).toBe(1)
     await redis.redis.set(keys[0]!, 'not a hash')
     const res = await h.post('/events', llmCall('wrongtype'), key)
     expect(res.statusCode).toBe(500)

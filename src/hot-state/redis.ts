@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 import { StoreUnavailableError } from '../errors.ts'
 import { redisFailure } from '../storage/failures.ts'
+import { agentKeyId, DEFAULT_PARTITIONS, partitionOf, partitionTag } from '../storage/redis-keys.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf } from '../window.ts'
 import {
@@ -26,7 +27,8 @@ import {
 /**
  * The hot state in Redis, shared by every burnrate instance (DECISIONS.md "Architecture").
  * Each operation is one Lua script over one agent's keys, atomic, constant time per event
- * and in one Redis Cluster slot: the keys of an agent share the hash tag {user:agent}.
+ * and in one Redis Cluster slot: the keys of an agent carry its user's partition tag {p<n>}
+ * (storage/redis-keys.ts), which the journal streams of that user's rows carry too.
  * Redis is derived state: a script finding the agent not loaded answers NEEDS_LOAD, and the
  * agent is installed from ClickHouse (the loader) by a script that installs only once.
  * The rules are memory.ts's, branch for branch (lua/lib.lua mirrors policy.ts).
@@ -45,10 +47,13 @@ export class RedisHotState implements HotState {
   // live from claim to record, normally milliseconds).
   readonly #claims: string
 
+  readonly #partitions: number
+
   /** reserveStaleMs: how long another instance's claim on an event id holds (reserve()). */
-  constructor(opts: { redis: Redis | Cluster; prefix?: string; loader: AgentLoader; reserveStaleMs?: number }) {
+  constructor(opts: { redis: Redis | Cluster; prefix?: string; loader: AgentLoader; reserveStaleMs?: number; partitions?: number }) {
     const prefix = opts.prefix ?? 'br:'
     this.#staleMs = opts.reserveStaleMs ?? RESERVE_STALE_MS
+    this.#partitions = opts.partitions ?? DEFAULT_PARTITIONS
     // Redis Cluster hashes the first {…} of a key: the prefix must not hold one.
     if (/[{}]/.test(prefix)) throw new Error(`hot-state prefix must not contain braces: ${prefix}`)
     this.#redis = opts.redis
@@ -249,8 +254,9 @@ export class RedisHotState implements HotState {
   }
 
   #keys(ref: AgentRef) {
-    // encodeURIComponent escapes braces and ':', so the tag is exactly this agent's.
-    const base = `${this.#prefix}hs:{${encodeURIComponent(ref.userId)}:${encodeURIComponent(ref.agentId)}}`
+    // The user's partition tag: the agent's keys share a slot with every key of its user,
+    // the journal streams its rows go to included (redis-keys.ts).
+    const base = `${this.#prefix}${partitionTag(partitionOf(ref.userId, this.#partitions))}:hs:${agentKeyId(ref.userId, ref.agentId)}`
     return { a: `${base}:a`, w: `${base}:w`, m: `${base}:m`, e: (eventId: string) => `${base}:e:${eventId}` }
   }
 
@@ -259,7 +265,7 @@ export class RedisHotState implements HotState {
     const nodes = this.#redis.isCluster ? (this.#redis as Cluster).nodes('master') : [this.#redis as Redis]
     // SCAN sees keys with the client's own keyPrefix, which UNLINK adds again.
     const clientPrefix = this.#redis.options.keyPrefix ?? ''
-    const match = `${(clientPrefix + this.#prefix).replace(/[*?[\]\\]/g, '\\$&')}hs:{*`
+    const match = `${(clientPrefix + this.#prefix).replace(/[*?[\]\\]/g, '\\$&')}{p*}:hs:*`
     for (const node of nodes) {
       let cursor = '0'
       do {

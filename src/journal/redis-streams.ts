@@ -1,6 +1,6 @@
-import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
+import { partitionOf, partitionTag } from '../storage/redis-keys.ts'
 import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalRow, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
 
 /**
@@ -93,15 +93,15 @@ export class RedisJournal implements JournalSource {
 
   /** The partition of a user: its keys and its rows' stream share the tag {p<n>}. */
   partitionOf(userId: string): number {
-    return createHash('sha256').update(userId).digest().readUInt32LE(0) % this.#o.partitions
+    return partitionOf(userId, this.#o.partitions)
   }
 
   streamKey(partition: number): string {
-    return `${this.#o.prefix}{p${partition}}:j:${this.#o.instance}`
+    return `${this.#o.prefix}${partitionTag(partition)}:j:${this.#o.instance}`
   }
 
   fencedKey(partition: number): string {
-    return `${this.#o.prefix}{p${partition}}:fenced`
+    return `${this.#o.prefix}${partitionTag(partition)}:fenced`
   }
 
   backlog(): JournalBacklog {

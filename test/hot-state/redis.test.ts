@@ -5,6 +5,7 @@ import { RedisHotState } from '../../src/hot-state/redis.ts'
 import { DEFAULT_POLICY, type AgentLoad, type AgentRef, type RecordInput } from '../../src/hot-state/types.ts'
 import { MINUTE_MS, minuteOf } from '../../src/window.ts'
 import { startRedis } from '../helpers/redis.ts'
+import { agentKeyId, DEFAULT_PARTITIONS, partitionOf, partitionTag } from '../../src/storage/redis-keys.ts'
 
 // ioredis's own slot function (a dependency of ioredis, untyped): the slot Redis Cluster uses.
 const keySlot = createRequire(import.meta.url)('cluster-key-slot') as (key: string) => number
@@ -50,7 +51,7 @@ async function client(): Promise<Redis> {
 
 /** The per-agent keys under a prefix (the claims index beside them is not an agent's). */
 async function keysOf(p: string): Promise<string[]> {
-  return server.redis.keys(`${p}hs:*`)
+  return server.redis.keys(`${p}{p*}:hs:*`)
 }
 
 describe('redis hot state: load on demand', () => {
@@ -181,7 +182,7 @@ describe('redis hot state: two instances on one Redis', () => {
 })
 
 describe('redis hot state: keys', () => {
-  it('every key of one agent is in one cluster slot, named by its {user:agent} hash tag', async () => {
+  it("every key of one agent is in the cluster slot of its user's partition tag {p<n>}", async () => {
     const p = prefix()
     const hs = new RedisHotState({ redis: server.redis, prefix: p, loader: countingLoader() })
     // Braces and ':' in ids must not move or split the tag.
@@ -193,14 +194,16 @@ describe('redis hot state: keys', () => {
       await hs.setPaused(r, true, T0 + MINUTE_MS)
     }
     const keys = await keysOf(p)
-    const tags = new Map<string, Set<number>>()
-    for (const key of keys) {
-      const tag = /^[^{]*\{([^}]*)\}/.exec(key)![1]!
-      tags.set(tag, (tags.get(tag) ?? new Set()).add(keySlot(key)))
+    for (const r of [ref, odd]) {
+      const own = keys.filter((k) => k.includes(`:hs:${agentKeyId(r.userId, r.agentId)}:`))
+      expect(own).toHaveLength(6) // :a, :w, :m and three event keys
+      const tag = partitionTag(partitionOf(r.userId, DEFAULT_PARTITIONS))
+      for (const key of own) {
+        expect(key.startsWith(`${p}${tag}:hs:`)).toBe(true)
+        expect(keySlot(key)).toBe(keySlot(`${tag}:journal`)) // the slot of every key of the user
+      }
     }
-    expect([...tags.keys()].sort()).toEqual(['u%7B1%7D%3Ax:%7Da%7Bb', 'u:a'])
-    for (const slots of tags.values()) expect(slots.size).toBe(1)
-    expect(keys.length).toBe(2 * 6) // :a, :w, :m and three event keys per agent
+    expect(keys.length).toBe(2 * 6)
   })
 
   it('every key of an agent has a TTL, so idle agents expire on their own', async () => {
@@ -226,7 +229,8 @@ describe('redis hot state: keys', () => {
     await hs.record([ev(1), ev(1, { agentId: 'gone' })], T0)
     await server.redis.set(`${p}other-component`, 'kept')
     await hs.restore({ minutes: [{ ...ref, minute: M0, costNano: 4, llmCalls: 1 }], seen: [], policies: [], pauses: [] }, T0)
-    expect((await server.redis.keys(`${p}*`)).sort()).toEqual([`${p}hs:{u:a}:a`, `${p}hs:{u:a}:m`, `${p}hs:{u:a}:w`, `${p}other-component`])
+    const base = `${p}${partitionTag(partitionOf('u', DEFAULT_PARTITIONS))}:hs:${agentKeyId('u', 'a')}`
+    expect((await server.redis.keys(`${p}*`)).sort()).toEqual([`${base}:a`, `${base}:m`, `${base}:w`, `${p}other-component`].sort())
     expect((await hs.get(ref, T0)).snapshot.totalNano).toBe(4)
   })
 })

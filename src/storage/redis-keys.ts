@@ -1,0 +1,24 @@
+import { createHash } from 'node:crypto'
+
+/**
+ * How burnrate names its Redis keys (issue 8): every key of a user -- its agents' hot state,
+ * its own state, the journal streams its rows go to -- carries the hash tag of the user's
+ * partition, {p<n>}, so one script can touch them all in one Redis Cluster slot.
+ */
+export const DEFAULT_PARTITIONS = 16
+
+export function partitionOf(userId: string, partitions: number): number {
+  return createHash('sha256').update(userId).digest().readUInt32LE(0) % partitions
+}
+
+export function partitionTag(partition: number): string {
+  return `{p${partition}}`
+}
+
+/**
+ * An agent's name in key names: 32 hex characters of SHA-256 of (user, agent), whatever
+ * characters the ids hold (no escaping, a fixed length however long the ids).
+ */
+export function agentKeyId(userId: string, agentId: string): string {
+  return createHash('sha256').update(`${userId}\0${agentId}`).digest('hex').slice(0, 32)
+}
