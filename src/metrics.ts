@@ -20,7 +20,7 @@ export interface Metrics {
 export function createMetrics(sources: {
   /** The REDIS_URL write path's group commit (null when the journal is in use). */
   groupCommit: () => GroupCommitStats | null
-  journal: { backlog(): JournalBacklog; readonly stats: { writes: number; bytes: number } } | null
+  journal: { backlog(): JournalBacklog; readonly stats: { writes: number } } | null
   agents: () => number
 }): Metrics {
   const registry = new Registry()

@@ -78,8 +78,8 @@ export class SegmentLog implements JournalSource {
   #writing: Promise<void> | null = null
   #failed: unknown = null
   #closed = false
-  /** Group writes and bytes since open (metrics). */
-  readonly stats = { writes: 0, bytes: 0 }
+  /** Group writes since open (metrics). */
+  readonly stats = { writes: 0 }
 
   private constructor(o: SegmentLogOptions) {
     this.#o = { segmentBytes: SEGMENT_BYTES, ...o }
@@ -217,7 +217,6 @@ export class SegmentLog implements JournalSource {
     this.#mark(this.#end, group.at)
     this.#end += buf.length
     this.stats.writes++
-    this.stats.bytes += buf.length
     this.#fileBytes += buf.length
   }
 

@@ -192,7 +192,7 @@ describe('memory hot state', () => {
     )
     const later = T0 + 24 * 60 * MINUTE_MS
     // Each batch visits a bounded number of agents; enough batches visit them all.
-    for (let i = 0; i < 20; i++) await hs.record([ev(1, later, { agentId: 'live' })], later)
+    for (let i = 0; i < 60; i++) await hs.record([ev(1, later, { agentId: 'live' })], later)
     expect(hs.size).toBe(2) // 'kept' (configured) and 'live'
   })
 })
