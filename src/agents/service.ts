@@ -1,16 +1,12 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
-import { manual } from '../hot-state/policy.ts'
-import { DEFAULT_POLICY, type AgentPolicy, type HotState, type Transition } from '../hot-state/types.ts'
+import { DEFAULT_POLICY, type AgentPolicy, type HotState } from '../hot-state/types.ts'
 import type { Ingest } from '../ingest/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl, maskWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody } from '../schemas/config.ts'
-import { getConfig, upsertConfig, type AgentConfigRow } from '../storage/configs.ts'
 import { agentEvents, agentHasEvents, agentTotals, costByModel, hourlyCost, recentEvents, type StoredEvent } from '../storage/events.ts'
-import { insertTransitions } from '../storage/transitions.ts'
-import { nextVersion } from '../storage/version.ts'
 import { windowStartMs } from '../window.ts'
 
 const HOUR_MS = 3_600_000
@@ -34,11 +30,12 @@ export class AgentService {
 
   /** POST /config: an upsert keyed on (user, agent). Omitted fields keep their value. */
   async upsertConfig(userId: string, body: ConfigBody): Promise<void> {
-    const { clickhouse, hotState, clock } = this.#d
+    const { hotState, clock } = this.#d
     const ref = { userId, agentId: body.agent_id }
-    const now = clock.now()
-    const current = await getConfig(clickhouse, userId, body.agent_id)
-    const webhookUrl = body.slack_webhook_url !== undefined ? body.slack_webhook_url : (current?.slack_webhook_url ?? null)
+    const state = await hotState.get(ref, clock.now())
+    if (state.transition) await this.#d.ingest.persistTransitions([state.transition])
+    const current = state.snapshot.configured ? state.snapshot.policy : null
+    const webhookUrl = body.slack_webhook_url !== undefined ? body.slack_webhook_url : (current?.webhookUrl ?? null)
     if (webhookUrl !== null && body.slack_webhook_url !== undefined) {
       const problem = checkWebhookUrl(webhookUrl, this.#d.allowPrivateWebhooks)
       if (problem) {
@@ -47,45 +44,16 @@ export class AgentService {
       }
     }
     const policy: AgentPolicy = {
-      thresholdNano: body.cost_threshold_usd !== undefined ? usdToNano(body.cost_threshold_usd) : (current?.threshold_nano ?? DEFAULT_POLICY.thresholdNano),
-      autoResume: body.auto_resume ?? current?.auto_resume ?? false,
+      thresholdNano: body.cost_threshold_usd !== undefined ? usdToNano(body.cost_threshold_usd) : (current?.thresholdNano ?? DEFAULT_POLICY.thresholdNano),
+      autoResume: body.auto_resume ?? current?.autoResume ?? false,
       webhookUrl,
     }
-    // Stored first: if ClickHouse refuses, nothing changed anywhere.
-    await upsertConfig(clickhouse, {
-      user_id: userId,
-      agent_id: body.agent_id,
-      threshold_nano: policy.thresholdNano,
-      slack_webhook_url: policy.webhookUrl,
-      auto_resume: policy.autoResume,
-      updatedAtMs: now,
-    })
-    const transition = await hotState.setPolicy(ref, policy, now)
-    if (transition) await this.#d.ingest.persistTransitions([transition])
+    await this.#d.ingest.configure(ref, policy)
   }
 
-  /** POST /config/pause: returns the new pause flag. */
+  /** POST /config/pause: returns the pause flag now in force (a manual pause or resume always holds). */
   async setPaused(userId: string, agentId: string, paused: boolean): Promise<boolean> {
-    const { clickhouse, hotState, clock } = this.#d
-    const ref = { userId, agentId }
-    const now = clock.now()
-    const { snapshot } = await hotState.get(ref, now)
-    const next = manual(snapshot.pause, paused, snapshot.totalNano, snapshot.policy)
-    if (!next) return snapshot.pause.paused
-    // Stored before it takes effect, so a restart finds it; a refusal changes nothing.
-    const transition: Transition = {
-      ...ref,
-      at: now,
-      version: nextVersion(now),
-      paused: next.paused,
-      reason: 'manual',
-      override: next.override,
-      totalNano: snapshot.totalNano,
-      thresholdNano: snapshot.policy.thresholdNano,
-      webhookUrl: snapshot.policy.webhookUrl,
-    }
-    await insertTransitions(clickhouse, [transition])
-    await hotState.setPaused(ref, paused, now)
+    await this.#d.ingest.setPaused({ userId, agentId }, paused)
     return paused
   }
 
@@ -131,14 +99,13 @@ export class AgentService {
     const { clickhouse, hotState, clock } = this.#d
     const now = clock.now()
     const since = windowStartMs(now)
-    const [byModel, events, config, state] = await Promise.all([
+    const [byModel, events, state] = await Promise.all([
       costByModel(clickhouse, userId, agentId, since),
       agentEvents(clickhouse, { userId, agentId, sinceMs: since, before: page.before, limit: page.limit }),
-      getConfig(clickhouse, userId, agentId),
       hotState.get({ userId, agentId }, now),
     ])
     const { snapshot } = state
-    await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || config !== null)
+    await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || snapshot.configured)
     if (state.transition) await this.#d.ingest.persistTransitions([state.transition])
     const last = events.at(-1)
     return {
@@ -149,7 +116,7 @@ export class AgentService {
       llm_calls: snapshot.llmCalls,
       is_paused: state.snapshot.pause.paused,
       paused_reason: state.snapshot.pause.reason,
-      config: config ? formatConfig(config) : null,
+      config: snapshot.configured ? formatConfig(snapshot.policy) : null,
       cost_by_model: byModel.map((m) => ({
         model: m.model,
         cost_usd: nanoToUsd(m.cost_nano),
@@ -168,12 +135,8 @@ export class AgentService {
     const { clickhouse, clock } = this.#d
     const currentHour = Math.floor(clock.now() / HOUR_MS) * HOUR_MS
     const first = currentHour - (hours - 1) * HOUR_MS
-    const [rows, config, state] = await Promise.all([
-      hourlyCost(clickhouse, userId, agentId, first),
-      getConfig(clickhouse, userId, agentId),
-      this.#d.hotState.get({ userId, agentId }, clock.now()),
-    ])
-    await this.#mustExist(userId, agentId, rows.length > 0 || config !== null || state.snapshot.active)
+    const [rows, state] = await Promise.all([hourlyCost(clickhouse, userId, agentId, first), this.#d.hotState.get({ userId, agentId }, clock.now())])
+    await this.#mustExist(userId, agentId, rows.length > 0 || state.snapshot.configured || state.snapshot.active)
     const byHour = new Map(rows.map((r) => [r.hour_ms, r]))
     const buckets = Array.from({ length: hours }, (_, i) => {
       const hour = first + i * HOUR_MS
@@ -204,10 +167,10 @@ function formatEvent(e: StoredEvent) {
   return { ...rest, cost_usd: nanoToUsd(cost_nano) }
 }
 
-function formatConfig(c: AgentConfigRow) {
+function formatConfig(p: AgentPolicy) {
   return {
-    cost_threshold_usd: nanoToUsd(c.threshold_nano),
-    slack_webhook_url: c.slack_webhook_url === null ? null : maskWebhookUrl(c.slack_webhook_url),
-    auto_resume: c.auto_resume,
+    cost_threshold_usd: nanoToUsd(p.thresholdNano),
+    slack_webhook_url: p.webhookUrl === null ? null : maskWebhookUrl(p.webhookUrl),
+    auto_resume: p.autoResume,
   }
 }

@@ -122,6 +122,11 @@ export class MemoryHotState implements HotState {
   }
 
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null> {
+    return this.setPolicyNow(ref, policy, now)
+  }
+
+  /** setPolicy(), synchronously (see recordNow()). */
+  setPolicyNow(ref: AgentRef, policy: AgentPolicy, now: number): Transition | null {
     const agent = this.#entry(ref)
     const thresholdChanged = agent.policy.thresholdNano !== policy.thresholdNano
     agent.policy = { ...policy }
@@ -134,6 +139,11 @@ export class MemoryHotState implements HotState {
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number): Promise<Transition | null> {
+    return this.setPausedNow(ref, paused, now)
+  }
+
+  /** setPaused(), synchronously (see recordNow()). */
+  setPausedNow(ref: AgentRef, paused: boolean, now: number): Transition | null {
     const agent = this.#entry(ref)
     agent.window.expire(minuteOf(now))
     const next = manual(agent.pause, paused, agent.window.totalNano, agent.policy)

@@ -2,11 +2,12 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Clock } from '../clock.ts'
 import type { MemoryHotState } from '../hot-state/memory.ts'
-import type { Transition } from '../hot-state/types.ts'
+import type { AgentPolicy, AgentRef, Transition } from '../hot-state/types.ts'
 import type { SegmentLog } from '../journal/segment-log.ts'
 import { JournalFullError, type JournalRow } from '../journal/types.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
+import { configRow } from '../storage/configs.ts'
 import { transitionRow } from '../storage/transitions.ts'
 import { monotonicMicros } from '../storage/version.ts'
 import { eventRow } from './event-row.ts'
@@ -66,6 +67,24 @@ export class JournaledIngest implements Ingest {
     if (transitions.length === 0) return
     await this.#append(transitions.map(asRow), this.#d.clock.now())
     this.#notify(transitions)
+  }
+
+  async configure(ref: AgentRef, policy: AgentPolicy): Promise<void> {
+    const { hotState, journal, clock } = this.#d
+    const now = clock.now()
+    if (journal.backlogFull) throw new JournalFullError(journal.backlog())
+    // One synchronous block, as for an event: the new policy and its row, and the end of an override it causes.
+    const transition = hotState.setPolicyNow(ref, policy, now)
+    await this.#append([{ table: 'agent_configs', row: configRow(ref, policy, now) }, ...(transition ? [asRow(transition)] : [])], now)
+  }
+
+  async setPaused(ref: AgentRef, paused: boolean): Promise<void> {
+    const { hotState, journal, clock } = this.#d
+    const now = clock.now()
+    if (journal.backlogFull) throw new JournalFullError(journal.backlog())
+    const transition = hotState.setPausedNow(ref, paused, now)
+    // Already so: answer once what made it so is on disk.
+    await (transition ? this.#append([asRow(transition)], now) : journal.synced())
   }
 
   /** The write path stops with the HTTP server; what is appended is already durable. */

@@ -30,9 +30,10 @@ export async function rebuildHotState(
   const data: RestoreData = {
     minutes: minutes.map((m) => ({ userId: m.user_id, agentId: m.agent_id, minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })),
     seen: seen.map((s) => ({ userId: s.user_id, agentId: s.agent_id, eventId: s.event_id, costNano: s.cost_nano, minute: s.minute })),
-    policies: configs.map((c) => ({ userId: c.user_id, agentId: c.agent_id, policy: policyOf(c) })),
+    policies: [],
     pauses: [],
   }
+  const policies = new Map(configs.map((c) => [`${c.user_id}\0${c.agent_id}`, { version: c.version, policy: policyOf(c) }]))
   const seenIds = new Set(seen.map((s) => `${s.user_id}\0${s.agent_id}\0${s.event_id}`))
   const latest = new Map(pauses.map((p) => [`${p.user_id}\0${p.agent_id}`, { version: p.version, pause: pauseOf(p) }]))
   for await (const { table, row } of unshipped) {
@@ -44,12 +45,19 @@ export async function rebuildHotState(
       const ref = { userId: row.user_id, agentId: row.agent_id }
       data.minutes.push({ ...ref, minute, costNano: row.cost_nano, llmCalls: row.event_type === 'llm_call' ? 1 : 0 })
       data.seen.push({ ...ref, eventId: row.event_id, costNano: row.cost_nano, minute })
-    } else {
+    } else if (table === 'pause_transitions') {
       const agent = `${row.user_id}\0${row.agent_id}`
       if (row.version > (latest.get(agent)?.version ?? -1)) {
         latest.set(agent, { version: row.version, pause: pauseOf({ is_paused: row.is_paused, reason: row.reason, override: row.override }) })
       }
+    } else {
+      const agent = `${row.user_id}\0${row.agent_id}`
+      if (row.version > (policies.get(agent)?.version ?? -1)) policies.set(agent, { version: row.version, policy: policyOf(row) })
     }
+  }
+  for (const [agent, { policy }] of policies) {
+    const [userId, agentId] = agent.split('\0') as [string, string]
+    data.policies.push({ userId, agentId, policy })
   }
   for (const [agent, { pause }] of latest) {
     const [userId, agentId] = agent.split('\0') as [string, string]
@@ -139,7 +147,7 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
   return loads
 }
 
-function policyOf(c: AgentConfigRow): AgentPolicy {
+function policyOf(c: Pick<AgentConfigRow, 'threshold_nano' | 'auto_resume' | 'slack_webhook_url'>): AgentPolicy {
   return { thresholdNano: c.threshold_nano, autoResume: c.auto_resume, webhookUrl: c.slack_webhook_url }
 }
 

@@ -3,14 +3,17 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Clock } from '../clock.ts'
 import { StoreUnavailableError } from '../errors.ts'
-import type { EventRef, HotState, RecordResult, Reservation, Transition } from '../hot-state/types.ts'
+import { manual } from '../hot-state/policy.ts'
+import type { AgentPolicy, AgentRef, EventRef, HotState, RecordResult, Reservation, Transition } from '../hot-state/types.ts'
 import type { Nano } from '../money.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
 import { chDateTimeToMs } from '../storage/clickhouse.ts'
 import { monotonicMicros } from '../storage/version.ts'
 import { eventKey, insertEvents, storedEvents, type EventRow } from '../storage/events.ts'
+import { configRow, upsertConfig } from '../storage/configs.ts'
 import { insertTransitions } from '../storage/transitions.ts'
+import { nextVersion } from '../storage/version.ts'
 import { GroupCommitter, type GroupCommitOptions } from './group-commit.ts'
 import { eventRow } from './event-row.ts'
 import { announceBudgetPauses, type PauseNotifier } from './notify.ts'
@@ -162,6 +165,36 @@ export class IngestService implements Ingest {
     const transitions = results.flatMap((r) => r.transitions)
     if (transitions.length > 0) await this.persistTransitions(transitions)
     return results
+  }
+
+  /** POST /config: stored in ClickHouse first, so a refusal changes nothing anywhere. */
+  async configure(ref: AgentRef, policy: AgentPolicy): Promise<void> {
+    const now = this.#deps.clock.now()
+    await upsertConfig(this.#deps.clickhouse, configRow(ref, policy, now))
+    const transition = await this.#deps.hotState.setPolicy(ref, policy, now)
+    if (transition) await this.persistTransitions([transition])
+  }
+
+  /** POST /config/pause: the transition is stored before it takes effect, so a restart finds it. */
+  async setPaused(ref: AgentRef, paused: boolean): Promise<void> {
+    const { clickhouse, hotState, clock } = this.#deps
+    const now = clock.now()
+    const { snapshot } = await hotState.get(ref, now)
+    const next = manual(snapshot.pause, paused, snapshot.totalNano, snapshot.policy)
+    if (!next) return
+    const transition: Transition = {
+      ...ref,
+      at: now,
+      version: nextVersion(now),
+      paused: next.paused,
+      reason: 'manual',
+      override: next.override,
+      totalNano: snapshot.totalNano,
+      thresholdNano: snapshot.policy.thresholdNano,
+      webhookUrl: snapshot.policy.webhookUrl,
+    }
+    await insertTransitions(clickhouse, [transition])
+    await hotState.setPaused(ref, paused, now)
   }
 
   /**

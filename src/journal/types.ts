@@ -1,3 +1,4 @@
+import type { ConfigRow } from '../storage/configs.ts'
 import type { EventRow } from '../storage/events.ts'
 import type { TransitionRow } from '../storage/transitions.ts'
 
@@ -6,11 +7,15 @@ import type { TransitionRow } from '../storage/transitions.ts'
  * is answered once its rows are in the journal; the shipper moves them to ClickHouse in
  * large idempotent batches. A row is bound for one table.
  */
-export type JournalRow = { table: 'events'; row: EventRow } | { table: 'pause_transitions'; row: TransitionRow }
+export type JournalRow =
+  | { table: 'events'; row: EventRow }
+  | { table: 'pause_transitions'; row: TransitionRow }
+  | { table: 'agent_configs'; row: ConfigRow }
 
 export type JournalTable = JournalRow['table']
 
-export const JOURNAL_TABLES: readonly JournalTable[] = ['events', 'pause_transitions']
+/** The tables rows go to, in the order a batch inserts them (and, by index, their code in a segment record). */
+export const JOURNAL_TABLES: readonly JournalTable[] = ['events', 'pause_transitions', 'agent_configs']
 
 /** A row as read back for the rebuild, with when it was appended (epoch ms). */
 export type JournalEntry = JournalRow & { at: number }

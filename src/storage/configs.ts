@@ -1,12 +1,13 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
-import type { AgentRef } from '../hot-state/types.ts'
+import type { AgentPolicy, AgentRef } from '../hot-state/types.ts'
 import type { Nano } from '../money.ts'
 import { toChDateTime } from './clickhouse.ts'
 import { agentsFilter, agentsParams } from './events.ts'
 import { insert, select } from './query.ts'
 import { nextVersion } from './version.ts'
 
+/** An agent's current config as read back (the newest version). */
 export interface AgentConfigRow {
   user_id: string
   agent_id: string
@@ -14,24 +15,46 @@ export interface AgentConfigRow {
   slack_webhook_url: string | null
   auto_resume: boolean
   updated_at: string
+  version: number
 }
 
 const int = z.coerce.number().int()
-const configRow = z.object({
+const latestRow = z.object({
   user_id: z.string(),
   agent_id: z.string(),
   threshold_nano: int,
   slack_webhook_url: z.string().nullable(),
   auto_resume: z.coerce.boolean(),
   last_updated_at: z.string(),
-}).transform(({ last_updated_at, ...r }) => ({ ...r, updated_at: last_updated_at }))
+  last_version: z.coerce.number().int(),
+}).transform(({ last_updated_at, last_version, ...r }) => ({ ...r, updated_at: last_updated_at, version: last_version }))
 
-export function upsertConfig(
-  client: ClickHouseClient,
-  c: Omit<AgentConfigRow, 'updated_at'> & { updatedAtMs: number },
-): Promise<void> {
-  const { updatedAtMs, ...row } = c
-  return insert(client, 'agent_configs', [{ ...row, updated_at: toChDateTime(updatedAtMs), version: nextVersion(updatedAtMs) }])
+/** A row of agent_configs as burnrate writes it: the newest version is the agent's config. */
+export interface ConfigRow {
+  user_id: string
+  agent_id: string
+  threshold_nano: Nano
+  slack_webhook_url: string | null
+  auto_resume: boolean
+  updated_at: string
+  version: number
+}
+
+/** The row of a config set now (versions grow within this process). */
+export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number): ConfigRow {
+  return {
+    user_id: ref.userId,
+    agent_id: ref.agentId,
+    threshold_nano: policy.thresholdNano,
+    slack_webhook_url: policy.webhookUrl,
+    auto_resume: policy.autoResume,
+    updated_at: toChDateTime(nowMs),
+    version: nextVersion(nowMs),
+  }
+}
+
+export function upsertConfig(client: ClickHouseClient, row: ConfigRow): Promise<void> {
+  return insert(client, 'agent_configs', [row])
 }
 
 // argMax over the version rather than FINAL: the newest row wins even before a merge.
@@ -40,7 +63,8 @@ const LATEST = `SELECT user_id, agent_id,
     argMax(threshold_nano, version) AS threshold_nano,
     nullIf(argMax(ifNull(slack_webhook_url, ''), version), '') AS slack_webhook_url,
     argMax(auto_resume, version) AS auto_resume,
-    toString(argMax(updated_at, version)) AS last_updated_at
+    toString(argMax(updated_at, version)) AS last_updated_at,
+    max(version) AS last_version
   FROM agent_configs`
 
 export async function getConfig(client: ClickHouseClient, userId: string, agentId: string): Promise<AgentConfigRow | null> {
@@ -48,12 +72,12 @@ export async function getConfig(client: ClickHouseClient, userId: string, agentI
     client,
     `${LATEST} WHERE user_id = {user:String} AND agent_id = {agent:String} GROUP BY user_id, agent_id`,
     { user: userId, agent: agentId },
-    configRow,
+    latestRow,
   )
   return rows[0] ?? null
 }
 
 /** Every agent's current config, or those of a batch of agents, for rebuilding the hot state. */
 export function allConfigs(client: ClickHouseClient, refs?: readonly AgentRef[]): Promise<AgentConfigRow[]> {
-  return select(client, `${LATEST} WHERE 1 ${agentsFilter(refs)} GROUP BY user_id, agent_id`, agentsParams(refs), configRow)
+  return select(client, `${LATEST} WHERE 1 ${agentsFilter(refs)} GROUP BY user_id, agent_id`, agentsParams(refs), latestRow)
 }

@@ -5,7 +5,7 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { agentLoader } from '../../src/ingest/rebuild.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
-import { upsertConfig } from '../../src/storage/configs.ts'
+import { configRow, upsertConfig } from '../../src/storage/configs.ts'
 import { insertEvents } from '../../src/storage/events.ts'
 import { migrate } from '../../src/storage/migrations.ts'
 import { eventRow } from '../helpers/rows.ts'
@@ -27,7 +27,7 @@ beforeAll(async () => {
     eventRow({ user_id: 'u2', agent_id: 'b', event_id: id(), at: NOW - 120_000, cost_nano: 11 }),
     eventRow({ user_id: 'u2', agent_id: 'b', event_id: id(), at: NOW - 25 * 3_600_000, cost_nano: 1000 }), // out of the window
   ])
-  await upsertConfig(clickhouse, { user_id: 'u2', agent_id: 'b', threshold_nano: 3, slack_webhook_url: null, auto_resume: true, updatedAtMs: NOW })
+  await upsertConfig(clickhouse, configRow({ userId: 'u2', agentId: 'b' }, { thresholdNano: 3, webhookUrl: null, autoResume: true }, NOW))
 })
 afterAll(() => clickhouse?.close())
 

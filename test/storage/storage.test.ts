@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createClickHouse, toChDateTime64us } from '../../src/storage/clickhouse.ts'
-import { getConfig, upsertConfig } from '../../src/storage/configs.ts'
+import { configRow, getConfig, upsertConfig } from '../../src/storage/configs.ts'
 import {
   agentTotals,
   costByModel,
@@ -108,9 +108,9 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
   })
 
   it('reads the newest config, even for two writes in one millisecond', async () => {
-    const base = { user_id: 'u', agent_id: 'cfg', slack_webhook_url: 'https://hooks.example.com/x', auto_resume: false }
-    await upsertConfig(client, { ...base, threshold_nano: 1, updatedAtMs: T })
-    await upsertConfig(client, { ...base, threshold_nano: 2, slack_webhook_url: null, updatedAtMs: T })
+    const ref = { userId: 'u', agentId: 'cfg' }
+    await upsertConfig(client, configRow(ref, { thresholdNano: 1, webhookUrl: 'https://hooks.example.com/x', autoResume: false }, T))
+    await upsertConfig(client, configRow(ref, { thresholdNano: 2, webhookUrl: null, autoResume: false }, T))
     expect(await getConfig(client, 'u', 'cfg')).toMatchObject({ threshold_nano: 2, slack_webhook_url: null })
     expect(await getConfig(client, 'v', 'cfg')).toBeNull()
   })
