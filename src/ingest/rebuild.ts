@@ -1,6 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { AgentLoad, AgentLoader, AgentPolicy, AgentRef, HotState, PauseState, RestoreData, Transition } from '../hot-state/types.ts'
-import { allConfigs, type AgentConfigRow } from '../storage/configs.ts'
+import { allConfigs, type ConfigRow } from '../storage/configs.ts'
 import { seenEvents, windowMinutes } from '../storage/events.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
 import type { JournalEntry } from '../journal/types.ts'
@@ -147,7 +147,7 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
   return loads
 }
 
-function policyOf(c: Pick<AgentConfigRow, 'threshold_nano' | 'auto_resume' | 'slack_webhook_url'>): AgentPolicy {
+function policyOf(c: ConfigRow): AgentPolicy {
   return { thresholdNano: c.threshold_nano, autoResume: c.auto_resume, webhookUrl: c.slack_webhook_url }
 }
 

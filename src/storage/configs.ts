@@ -7,17 +7,6 @@ import { agentsFilter, agentsParams } from './events.ts'
 import { insert, select } from './query.ts'
 import { nextVersion } from './version.ts'
 
-/** An agent's current config as read back (the newest version). */
-export interface AgentConfigRow {
-  user_id: string
-  agent_id: string
-  threshold_nano: Nano
-  slack_webhook_url: string | null
-  auto_resume: boolean
-  updated_at: string
-  version: number
-}
-
 const int = z.coerce.number().int()
 const latestRow = z.object({
   user_id: z.string(),
@@ -29,7 +18,7 @@ const latestRow = z.object({
   last_version: z.coerce.number().int(),
 }).transform(({ last_updated_at, last_version, ...r }) => ({ ...r, updated_at: last_updated_at, version: last_version }))
 
-/** A row of agent_configs as burnrate writes it: the newest version is the agent's config. */
+/** A row of agent_configs, as written and as read back: the newest version is the agent's config. */
 export interface ConfigRow {
   user_id: string
   agent_id: string
@@ -67,7 +56,7 @@ const LATEST = `SELECT user_id, agent_id,
     max(version) AS last_version
   FROM agent_configs`
 
-export async function getConfig(client: ClickHouseClient, userId: string, agentId: string): Promise<AgentConfigRow | null> {
+export async function getConfig(client: ClickHouseClient, userId: string, agentId: string): Promise<ConfigRow | null> {
   const rows = await select(
     client,
     `${LATEST} WHERE user_id = {user:String} AND agent_id = {agent:String} GROUP BY user_id, agent_id`,
@@ -78,6 +67,6 @@ export async function getConfig(client: ClickHouseClient, userId: string, agentI
 }
 
 /** Every agent's current config, or those of a batch of agents, for rebuilding the hot state. */
-export function allConfigs(client: ClickHouseClient, refs?: readonly AgentRef[]): Promise<AgentConfigRow[]> {
+export function allConfigs(client: ClickHouseClient, refs?: readonly AgentRef[]): Promise<ConfigRow[]> {
   return select(client, `${LATEST} WHERE 1 ${agentsFilter(refs)} GROUP BY user_id, agent_id`, agentsParams(refs), latestRow)
 }
