@@ -33,9 +33,11 @@ export async function rebuildHotState(
     policies: [],
     pauses: [],
   }
-  const policies = new Map(configs.map((c) => [`${c.user_id}\0${c.agent_id}`, { version: c.version, policy: policyOf(c) }]))
+  const policies = new NewestPerAgent<AgentPolicy>()
+  for (const c of configs) policies.offer(c, c.version, policyOf(c))
+  const pauseStates = new NewestPerAgent<PauseState>()
+  for (const p of pauses) pauseStates.offer(p, p.version, pauseOf(p))
   const seenIds = new Set(seen.map((s) => `${s.user_id}\0${s.agent_id}\0${s.event_id}`))
-  const latest = new Map(pauses.map((p) => [`${p.user_id}\0${p.agent_id}`, { version: p.version, pause: pauseOf(p) }]))
   for await (const { table, row } of unshipped) {
     if (table === 'events') {
       const id = `${row.user_id}\0${row.agent_id}\0${row.event_id}`
@@ -46,24 +48,28 @@ export async function rebuildHotState(
       data.minutes.push({ ...ref, minute, costNano: row.cost_nano, llmCalls: row.event_type === 'llm_call' ? 1 : 0 })
       data.seen.push({ ...ref, eventId: row.event_id, costNano: row.cost_nano, minute })
     } else if (table === 'pause_transitions') {
-      const agent = `${row.user_id}\0${row.agent_id}`
-      if (row.version > (latest.get(agent)?.version ?? -1)) {
-        latest.set(agent, { version: row.version, pause: pauseOf({ is_paused: row.is_paused, reason: row.reason, override: row.override }) })
-      }
+      pauseStates.offer(row, row.version, pauseOf(row))
     } else {
-      const agent = `${row.user_id}\0${row.agent_id}`
-      if (row.version > (policies.get(agent)?.version ?? -1)) policies.set(agent, { version: row.version, policy: policyOf(row) })
+      policies.offer(row, row.version, policyOf(row))
     }
   }
-  for (const [agent, { policy }] of policies) {
-    const [userId, agentId] = agent.split('\0') as [string, string]
-    data.policies.push({ userId, agentId, policy })
-  }
-  for (const [agent, { pause }] of latest) {
-    const [userId, agentId] = agent.split('\0') as [string, string]
-    data.pauses.push({ userId, agentId, pause })
-  }
+  data.policies = policies.values().map(({ ref, value }) => ({ ...ref, policy: value }))
+  data.pauses = pauseStates.values().map(({ ref, value }) => ({ ...ref, pause: value }))
   return hotState.restore(data, now)
+}
+
+/** Per agent, the value of the newest version offered (a config, a pause state). */
+class NewestPerAgent<T> {
+  readonly #byAgent = new Map<string, { ref: AgentRef; version: number; value: T }>()
+
+  offer(row: { user_id: string; agent_id: string }, version: number, value: T): void {
+    const id = `${row.user_id}\0${row.agent_id}`
+    if (version > (this.#byAgent.get(id)?.version ?? -1)) this.#byAgent.set(id, { ref: { userId: row.user_id, agentId: row.agent_id }, version, value })
+  }
+
+  values(): Array<{ ref: AgentRef; value: T }> {
+    return [...this.#byAgent.values()]
+  }
 }
 
 export interface AgentLoaderOptions {
