@@ -7,9 +7,8 @@ import type { ApiKeys } from './auth/api-keys.ts'
 import type { Config } from './config.ts'
 import { Problem, StoreUnavailableError, type ProblemCode } from './errors.ts'
 import type { HotState } from './hot-state/types.ts'
-import type { SegmentLog } from './journal/segment-log.ts'
-import { JournalFullError } from './journal/types.ts'
-import type { Ingest } from './ingest/types.ts'
+import { JournalFullError, type JournalBacklog } from './journal/types.ts'
+import type { IngestService } from './ingest/service.ts'
 import { agentsRoutes } from './routes/agents.ts'
 import { GroupedLocalStore } from './routes/limits.ts'
 import { configRoutes } from './routes/config.ts'
@@ -35,12 +34,12 @@ export interface AppDeps {
   config: Config
   clickhouse: ClickHouseClient
   hotState: HotState
-  ingest: Ingest
+  ingest: IngestService
   agents: AgentService
   keys: ApiKeys
   redis?: Redis | null
-  /** The embedded journal, for /readyz; null or absent with REDIS_URL. */
-  journal?: SegmentLog | null
+  /** This instance's journal, for /readyz. */
+  journal: { backlog(): JournalBacklog; readonly backlogFull: boolean }
   /** pino-compatible; none (silent) when omitted. */
   log?: FastifyBaseLogger
 }
@@ -120,7 +119,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   )
 
   const limits = routeLimits(deps.config)
-  await app.register(healthRoutes(deps.clickhouse, deps.hotState, deps.journal ?? null))
+  await app.register(healthRoutes(deps.clickhouse, deps.hotState, deps.journal))
   await app.register(eventsRoutes(deps.ingest, limits))
   await app.register(configRoutes(deps.agents, limits))
   await app.register(agentsRoutes(deps.agents, limits))

@@ -25,12 +25,11 @@ const envSchema = z.object({
   CONFIG_RATE_LIMIT: positiveInt.default(60),
   WEBHOOK_ALLOW_PRIVATE: bool.default(false),
   WEBHOOK_TIMEOUT_MS: positiveInt.default(5000),
-  BATCH_MAX_ROWS: positiveInt.default(5000),
   JOURNAL_FSYNC: bool.default(false),
   JOURNAL_MAX_ROWS: positiveInt.default(1_000_000),
+  JOURNAL_LEASE_MS: z.coerce.number().int().min(300).default(10_000),
   SHIP_INTERVAL_MS: positiveInt.default(1000),
   SHIP_MAX_ROWS: positiveInt.default(50_000),
-  BATCH_MAX_WAIT_MS: z.coerce.number().int().min(0).default(2),
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(5000),
   TRUST_PROXY: bool.default(false),
   METRICS_PORT: port.optional(),
@@ -49,9 +48,12 @@ export interface Config {
   readonly pricesFile?: string
   readonly rateLimits: { readonly events: number; readonly reads: number; readonly config: number }
   readonly webhook: { readonly allowPrivate: boolean; readonly timeoutMs: number }
-  readonly batch: { readonly maxRows: number; readonly maxWaitMs: number }
-  /** The embedded journal (issue 8): fdatasync per group write, and the backlog bound in rows. */
-  readonly journal: { readonly fsync: boolean; readonly maxRows: number }
+  /**
+   * The journal (issue 8): fdatasync per group write (embedded), the backlog bound in rows,
+   * and (REDIS_URL) how long an instance that stops renewing keeps its journal before
+   * another instance takes it over and ships it.
+   */
+  readonly journal: { readonly fsync: boolean; readonly maxRows: number; readonly leaseMs: number }
   /** The shipper: a batch at most this often under load, and at most this many rows. */
   readonly ship: { readonly intervalMs: number; readonly maxRows: number }
   readonly keyCacheTtlMs: number
@@ -88,8 +90,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     pricesFile: e.PRICES_FILE,
     rateLimits: { events: e.EVENTS_RATE_LIMIT, reads: e.READS_RATE_LIMIT, config: e.CONFIG_RATE_LIMIT },
     webhook: { allowPrivate: e.WEBHOOK_ALLOW_PRIVATE, timeoutMs: e.WEBHOOK_TIMEOUT_MS },
-    batch: { maxRows: e.BATCH_MAX_ROWS, maxWaitMs: e.BATCH_MAX_WAIT_MS },
-    journal: { fsync: e.JOURNAL_FSYNC, maxRows: e.JOURNAL_MAX_ROWS },
+    journal: { fsync: e.JOURNAL_FSYNC, maxRows: e.JOURNAL_MAX_ROWS, leaseMs: e.JOURNAL_LEASE_MS },
     ship: { intervalMs: e.SHIP_INTERVAL_MS, maxRows: e.SHIP_MAX_ROWS },
     keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
     trustProxy: e.TRUST_PROXY,

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Server } from 'node:http'
@@ -15,32 +16,35 @@ import { MemoryHotState } from './hot-state/memory.ts'
 import { RedisHotState } from './hot-state/redis.ts'
 import type { HotState } from './hot-state/types.ts'
 import { createMetrics, serveMetrics, type Metrics } from './metrics.ts'
-import { WebhookPauseNotifier } from './ingest/notify.ts'
+import { announceBudgetPauses, WebhookPauseNotifier } from './ingest/notify.ts'
 import { agentLoader, rebuildHotState } from './ingest/rebuild.ts'
-import { startSweeper } from './ingest/sweeper.ts'
 import { IngestService } from './ingest/service.ts'
-import { JournaledIngest } from './ingest/journaled.ts'
-import type { Ingest } from './ingest/types.ts'
+import { keepJournal } from './journal/keeper.ts'
+import { RedisJournal } from './journal/redis-streams.ts'
 import { SegmentLog } from './journal/segment-log.ts'
 import { Shipper } from './journal/shipper.ts'
+import type { JournalBacklog } from './journal/types.ts'
 import { WebhookNotifier } from './notify/webhook.ts'
 import { createPriceTable, loadPricesFile } from './pricing/price-table.ts'
 import { createClickHouse } from './storage/clickhouse.ts'
+import { agentTotals } from './storage/events.ts'
 import { migrate } from './storage/migrations.ts'
-import { createRedis, KEY_REVOKED_CHANNEL, watch } from './storage/redis.ts'
+import { checkPersistence, createRedis, KEY_REVOKED_CHANNEL, watch } from './storage/redis.ts'
+import { DEFAULT_PARTITIONS } from './storage/redis-keys.ts'
+import { windowStartMs } from './window.ts'
 
 export interface Services {
   config: Config
-  /** The shared Redis (hot state, rate limits, revocations); null in the embedded mode. */
+  /** The shared Redis (hot state, journal, rate limits, revocations); null in the embedded mode. */
   redis: Redis | null
   metrics: Metrics
   clock: Clock
   clickhouse: ClickHouseClient
   hotState: HotState
-  ingest: Ingest
-  /** The embedded journal and its shipper; null with REDIS_URL (issue 8: not journaled yet). */
-  journal: SegmentLog | null
-  shipper: Shipper | null
+  ingest: IngestService
+  /** This instance's journal (the segment log, or its Redis streams): its backlog for /readyz. */
+  journal: { backlog(): JournalBacklog; readonly backlogFull: boolean }
+  shipper: Shipper
   agents: AgentService
   keys: ApiKeys
   webhooks: WebhookNotifier
@@ -63,14 +67,13 @@ export async function openServices(
   const applied = await migrate(clickhouse)
   if (applied.length > 0) log.info({ applied }, 'applied migrations')
 
-  // With REDIS_URL the hot state is shared by every instance and loads an agent from
-  // ClickHouse when its keys are missing; without it, it lives here and is rebuilt whole.
+  // Two homes for the hot state and its journal (issue 8): in process with a segment log
+  // under DATA_DIR, or Redis with its streams, shared by every instance.
   const redis = config.redisUrl ? createRedis(config.redisUrl, log) : null
-  const memory = redis ? null : new MemoryHotState()
-  const hotState: HotState = memory ?? new RedisHotState({ redis: redis!, loader: agentLoader(clickhouse) })
-  // Embedded, POST /events is answered from the in-process hot state and this journal.
-  const journal = memory
-    ? await SegmentLog.open({
+  let shipper: Shipper | null = null
+  const segmentLog = redis
+    ? null
+    : await SegmentLog.open({
         dir: join(config.dataDir, 'journal'),
         fsync: config.journal.fsync,
         maxRows: config.journal.maxRows,
@@ -79,8 +82,24 @@ export async function openServices(
           opts.onJournalFailure?.(err)
         },
       })
+  const redisJournal = redis
+    ? new RedisJournal({ redis, instance: randomUUID(), partitions: DEFAULT_PARTITIONS, maxRows: config.journal.maxRows, leaseMs: config.journal.leaseMs })
     : null
-  const metrics = createMetrics({ groupCommit: () => groupCommit?.stats ?? null, journal, agents: () => memory?.size ?? Number.NaN })
+  if (redis && redisJournal) {
+    await checkPersistence(redis, log)
+    await redisJournal.register()
+  }
+  const journal = (segmentLog ?? redisJournal)!
+  const memory = segmentLog ? new MemoryHotState(segmentLog) : null
+  const hotState: HotState =
+    memory ??
+    new RedisHotState({
+      redis: redis!,
+      journal: redisJournal!,
+      loader: agentLoader(clickhouse),
+      userAgents: async (userId, now) => (await agentTotals(clickhouse, userId, windowStartMs(now))).map((t) => t.agent_id),
+    })
+  const metrics = createMetrics({ journal: segmentLog ?? redisJournal!, agents: () => memory?.size ?? Number.NaN })
   const webhooks = new WebhookNotifier({
     allowPrivate: config.webhook.allowPrivate,
     timeoutMs: config.webhook.timeoutMs,
@@ -88,63 +107,38 @@ export async function openServices(
     registry: metrics.registry,
   })
   const notifier = new WebhookPauseNotifier(webhooks)
-  const shipper = journal
-    ? new Shipper({
-        source: journal,
-        clickhouse,
-        maxRows: config.ship.maxRows,
-        intervalMs: config.ship.intervalMs,
-        log,
-        onShipped: (s) => metrics.shipped(s),
-        onFailed: () => metrics.shipFailures.inc(),
-      })
-    : null
-  // One write path each way: embedded, the journal (issue 8); with REDIS_URL, the group
-  // commit on the request path, until the Redis journal replaces it.
-  const groupCommit = memory
-    ? null
-    : new IngestService({
-        clickhouse,
-        hotState,
-        prices,
-        notifier,
-        clock,
-        log,
-        batch: {
-          maxItems: config.batch.maxRows,
-          maxWaitMs: config.batch.maxWaitMs,
-          onCommit: (c) => {
-            metrics.batchSize.observe(c.size)
-            metrics.batchWaitSeconds.observe(c.waitMs / 1000)
-            metrics.commitSeconds.observe(c.durationMs / 1000)
-          },
-        },
-      })
-  const ingest: Ingest =
-    groupCommit ??
-    new JournaledIngest({
-      hotState: memory!,
-      journal: journal!,
-      prices,
-      notifier,
-      clock,
-      log,
-      onAppended: (rows) => rows >= config.ship.maxRows && shipper?.kick(),
-    })
-  if (memory && journal && shipper) {
-    const transitions = await rebuildHotState(clickhouse, memory, clock.now(), journal.unshipped())
-    if (transitions.length > 0) await ingest.persistTransitions(transitions)
-    shipper.start()
+  shipper = new Shipper({
+    source: journal,
+    clickhouse,
+    maxRows: config.ship.maxRows,
+    intervalMs: config.ship.intervalMs,
+    log,
+    onShipped: (s) => metrics.shipped(s),
+    onFailed: () => metrics.shipFailures.inc(),
+  })
+  const ingest = new IngestService({
+    hotState,
+    prices,
+    notifier,
+    clock,
+    log,
+    // The segment log knows its backlog at once: a full batch ships without waiting.
+    onRecorded: segmentLog ? () => segmentLog.backlog().rows >= config.ship.maxRows && shipper?.kick() : undefined,
+  })
+  if (memory && segmentLog) {
+    const transitions = await rebuildHotState(clickhouse, memory, clock.now(), segmentLog.unshipped())
+    announceBudgetPauses(transitions, log, notifier)
   }
+  shipper.start()
+  // With Redis, journals of instances that died are shipped by whichever instance sees it first.
+  const keeper = redisJournal ? keepJournal({ journal: redisJournal, clickhouse, maxRows: config.ship.maxRows, log }) : null
 
-  const agents = new AgentService({ clickhouse, hotState, ingest, clock, allowPrivateWebhooks: config.webhook.allowPrivate })
+  const agents = new AgentService({ clickhouse, hotState, clock, allowPrivateWebhooks: config.webhook.allowPrivate })
   const keys = new ApiKeys(clickhouse, {
     clock,
     cacheTtlMs: config.keyCacheTtlMs,
     onRevoked: redis ? (hash) => void redis.publish(KEY_REVOKED_CHANNEL, hash).catch(() => {}) : undefined,
   })
-  // Claims of instances that died are settled by whichever instance sweeps first.
-  const sweeper = redis ? startSweeper({ clickhouse, hotState, ingest, clock, log }) : null
   // A key revoked through any instance stops working on every instance at once (without
   // Redis, within KEY_CACHE_TTL_MS).
   const subscriber = redis?.duplicate() ?? null
@@ -168,12 +162,12 @@ export async function openServices(
     keys,
     webhooks,
     async close() {
-      await sweeper?.stop()
-      await ingest.close()
-      // What is left stays in the journal and ships after the next start.
-      await shipper?.flush(5000)
-      await shipper?.stop()
-      await journal?.close()
+      // What is left stays in the journal and ships after the next start (or, with Redis,
+      // from another instance once this one's lease has run out).
+      await shipper.flush(5000)
+      await shipper.stop()
+      await keeper?.stop()
+      await segmentLog?.close()
       await Promise.race([webhooks.drain(), new Promise((r) => setTimeout(r, 10_000).unref())])
       await hotState.close()
       subscriber?.disconnect()

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto'
+import type { SegmentLog } from '../src/journal/segment-log.ts'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 
@@ -114,7 +115,7 @@ describe('POST /events with a client event_id (safe retries)', () => {
 describe('the journal', () => {
   it('answers concurrent events from shared journal writes, and ships them to ClickHouse afterwards', async () => {
     const key = await h.key(unique('u'))
-    const journal = h.services.journal!
+    const journal = h.services.journal as SegmentLog
     const writesBefore = journal.stats.writes
     const replies = await Promise.all(Array.from({ length: 200 }, (_, i) => h.post('/events', llmCall(`a${i % 5}`), key)))
     expect(replies.every((r) => r.statusCode === 200)).toBe(true)

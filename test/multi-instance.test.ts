@@ -4,9 +4,11 @@ import { eventually, LLM_CALL_USD, llmCall, startHarness, unique, type Harness }
 import { startReceiver, type Receiver } from './helpers/receiver.ts'
 import { startRedis } from './helpers/redis.ts'
 import { toChDateTime64us } from '../src/storage/clickhouse.ts'
-import { insertEvents, type EventRow } from '../src/storage/events.ts'
-import { sweepStaleClaims } from '../src/ingest/sweeper.ts'
-import { systemClock } from '../src/clock.ts'
+import type { EventRow } from '../src/storage/events.ts'
+import { RedisHotState } from '../src/hot-state/redis.ts'
+import { agentLoader } from '../src/ingest/rebuild.ts'
+import { RedisJournal } from '../src/journal/redis-streams.ts'
+import { DEFAULT_PARTITIONS } from '../src/storage/redis-keys.ts'
 
 /**
  * Two burnrate instances on one Redis and one ClickHouse, as behind a load balancer. chDB
@@ -21,7 +23,7 @@ let receiver: Receiver
 
 beforeAll(async () => {
   redis = await startRedis()
-  const env = { REDIS_URL: redis.url }
+  const env = { REDIS_URL: redis.url, JOURNAL_LEASE_MS: '900' }
   a = await startHarness({ env })
   b = await startHarness({ env, dataDir: a.dataDir })
   receiver = await startReceiver()
@@ -53,7 +55,9 @@ function row(userId: string, agentId: string, eventId: string, atMs: number): Ev
   }
 }
 
+/** Rows stored in ClickHouse once both instances shipped what they hold. */
 async function storedRows(agentId: string, userId: string): Promise<number> {
+  await Promise.all([a.flush(), b.flush()])
   const rs = await a.services.clickhouse.query({
     query: 'SELECT count() AS n FROM events WHERE user_id = {u:String} AND agent_id = {a:String}',
     query_params: { u: userId, a: agentId },
@@ -79,6 +83,7 @@ describe('two instances, one Redis', () => {
 
     await Promise.all([a.services.webhooks.drain(), b.services.webhooks.drain()])
     expect(receiver.messages.filter((m) => m.text.includes(agent))).toHaveLength(1)
+    await Promise.all([a.flush(), b.flush()])
     const rs = await a.services.clickhouse.query({
       query: "SELECT count() AS n FROM pause_transitions WHERE agent_id = {a:String} AND reason = 'budget'",
       query_params: { a: agent },
@@ -121,47 +126,24 @@ describe('two instances, one Redis', () => {
     expect((await b.post('/events', { agent_id: 'dup', event_type: 'agent_end' }, key)).json().total_cost_24h).toBeCloseTo(5 * LLM_CALL_USD, 12)
   })
 
-  it('finish an event whose instance died between storing and counting it, without storing it twice', async () => {
+  it("ship the journal of an instance that stopped: another instance takes it over, each row once", async () => {
     const user = unique('u')
     const key = await a.key(user)
-    const event_id = randomUUID()
-    // The crashed instance claimed the id 10 s ago and its INSERT landed; then it died.
+    // An instance that counted and journaled 25 events, then stopped before shipping them:
+    // its hot state and journal stream are in Redis, its lease runs out and nobody renews it.
+    const dead = new RedisJournal({ redis: redis.redis, instance: `dead-${randomUUID()}`, partitions: DEFAULT_PARTITIONS, maxRows: 1_000_000, leaseMs: 300 })
+    await dead.register()
+    const hs = new RedisHotState({ redis: redis.redis, journal: dead, loader: agentLoader(a.services.clickhouse), userAgents: async () => [] })
     const now = Date.now()
-    expect(await a.services.hotState.reserve([{ userId: user, agentId: 'c', eventId: event_id }], 'crashed-instance', now - 10_000)).toEqual([
-      { state: 'reserved' },
-    ])
-    await insertEvents(a.services.clickhouse, [row(user, 'c', event_id, now - 9_000)])
-    // The client retries through another instance: it takes the stale claim over, finds the row.
-    const retry = await b.post('/events', llmCall('c', { event_id }), key)
-    expect(retry.json()).toMatchObject({ ok: true, cost_usd: LLM_CALL_USD, total_cost_24h: LLM_CALL_USD })
-    expect(await storedRows('c', user)).toBe(1)
-    expect((await a.post('/events', llmCall('c', { event_id }), key)).json()).toMatchObject({ duplicate: true, total_cost_24h: LLM_CALL_USD })
-  })
-
-  it('settle the claims of an instance that died: count what it stored, forget what it did not', async () => {
-    const user = unique('u')
-    const key = await a.key(user)
-    await a.post('/events', llmCall('s'), key)
-    const [stored, lost] = [randomUUID(), randomUUID()]
-    const longAgo = Date.now() - 10 * 60_000
-    await a.services.hotState.reserve(
-      [stored, lost].map((eventId) => ({ userId: user, agentId: 's', eventId })),
-      'dead-instance',
-      longAgo,
-    )
-    await insertEvents(a.services.clickhouse, [row(user, 's', stored, longAgo + 1)])
-
-    const settled = await sweepStaleClaims({ ...b.services, clock: systemClock })
-    expect(settled).toBe(2)
-    expect((await b.services.hotState.staleClaims(Date.now(), 1000)).filter((c) => c.userId === user)).toEqual([])
-    // The stored event is counted (once, whoever sweeps again); the lost one is forgotten,
-    // so its retry is a new event, stored and counted.
-    expect(await sweepStaleClaims({ ...a.services, clock: systemClock })).toBe(0)
-    expect((await a.post('/events', { agent_id: 's', event_type: 'agent_end' }, key)).json().total_cost_24h).toBeCloseTo(2 * LLM_CALL_USD, 12)
-    const retry = (await b.post('/events', llmCall('s', { event_id: lost }), key)).json()
-    expect(retry).toMatchObject({ total_cost_24h: 3 * LLM_CALL_USD })
-    expect(retry.duplicate).toBeUndefined()
-    expect(await storedRows('s', user)).toBe(4)
+    for (let i = 0; i < 25; i++) {
+      const eventId = randomUUID()
+      await hs.record({ userId: user, agentId: 'd', eventId, costNano: LLM_CALL_USD * 1e9, llmCall: true, at: now, row: row(user, 'd', eventId, now) }, now)
+    }
+    await eventually(async () => ((await storedRows('d', user)) === 25 ? true : undefined), 10_000)
+    expect((await b.get('/agents', key)).json().agents).toEqual([expect.objectContaining({ agent_id: 'd', llm_calls: 25 })])
+    // Drained and forgotten: nobody ships it again.
+    await eventually(async () => ((await redis.redis.sismember('br:ship:instances', dead.instance)) === 0 ? true : undefined), 5000)
+    expect(await storedRows('d', user)).toBe(25)
   })
 
   it('stop a key revoked through one instance on the other at once', async () => {
@@ -171,18 +153,23 @@ describe('two instances, one Redis', () => {
     await eventually(async () => ((await b.post('/events', llmCall('k'), created.key)).statusCode === 401 ? true : undefined), 1000)
   })
 
-  it('rebuild totals from ClickHouse when Redis is flushed under load, without double counting', async () => {
+  it('reload totals from ClickHouse when Redis lost the hot state under load, counting each stored event once', async () => {
     const user = unique('u')
     const key = await a.key(user)
     const send = (h: Harness) => h.post('/events', llmCall('f'), key)
     const first = await Promise.all(Array.from({ length: 30 }, (_, i) => send(i % 2 ? a : b)))
+    expect(first.every((r) => r.statusCode === 200)).toBe(true)
+    await eventually(async () => ((await storedRows('f', user)) === 30 ? true : undefined), 10_000)
+    // Redis loses everything (a restart without its AOF): what was shipped is in ClickHouse,
+    // and each instance goes on (its journal registered again) while events keep coming.
     const flushed = redis.redis.flushall()
-    const during = await Promise.all(Array.from({ length: 30 }, (_, i) => send(i % 2 ? a : b)))
+    await Promise.all(Array.from({ length: 30 }, (_, i) => send(i % 2 ? a : b)))
     await flushed
     const after = await Promise.all(Array.from({ length: 10 }, (_, i) => send(i % 2 ? a : b)))
-    const ok = [...first, ...during, ...after].filter((r) => r.statusCode === 200).length
+    expect(after.every((r) => r.statusCode === 200)).toBe(true)
+    await Promise.all([a.flush(), b.flush()])
     const stored = await storedRows('f', user)
-    expect(stored).toBeGreaterThanOrEqual(ok)
+    expect(stored).toBeGreaterThanOrEqual(40)
     const total = (await a.post('/events', { agent_id: 'f', event_type: 'agent_end' }, key)).json().total_cost_24h
     expect(total).toBeCloseTo(stored * LLM_CALL_USD, 12)
     expect((await b.get('/agents', key)).json().agents[0]).toMatchObject({ llm_calls: stored })

@@ -27,13 +27,15 @@ describe('a Redis outage', () => {
     expect(during.statusCode).toBe(503)
     expect(during.headers['retry-after']).toBe('1')
     expect(during.json()).toMatchObject({ code: 'store_unavailable', detail: 'Redis is unavailable; retry with the same event_id' })
-    const read = await h.get('/agents', key)
+    // Straight to the app: the harness's get() would first wait for the shipper, which cannot reach Redis either.
+    const read = await h.app.inject({ method: 'GET', url: '/agents', headers: { 'x-api-key': key } })
     expect(read.statusCode).toBe(503) // no pause flag to show: no answer rather than a wrong one
     expect(read.json()).toMatchObject({ code: 'store_unavailable', detail: 'Redis is unavailable; retry' })
-    expect((await h.get('/readyz', null)).statusCode).toBe(503)
+    const readyz = () => h.app.inject({ method: 'GET', url: '/readyz' })
+    expect((await readyz()).statusCode).toBe(503)
 
     redis = await startRedis({ port: redis.port })
-    await eventually(async () => ((await h.get('/readyz', null)).statusCode === 200 ? true : undefined), 10_000)
+    await eventually(async () => ((await readyz()).statusCode === 200 ? true : undefined), 10_000)
     // The agent is loaded again from ClickHouse: its first event, and the one stored during
     // the outage if its INSERT landed before the count failed, are counted once each.
     const stored = Number(

@@ -90,12 +90,24 @@ interface StoredEvent {
   event_type: string
 }
 
-/** Every event ClickHouse holds for the key's user, once the journal has shipped what it holds. */
-async function storedEvents(url: string, key: string): Promise<StoredEvent[]> {
+/**
+ * Every event ClickHouse holds for the key's user, once this instance's journal has shipped
+ * what it holds and ClickHouse holds every event of `expected` (with Redis, a dead
+ * instance's journal is shipped by the one that takes it over).
+ */
+async function storedEvents(url: string, key: string, expected: Iterable<string> = []): Promise<StoredEvent[]> {
   await drained(url)
-  const res = await api(url, 'GET', '/agents/events?limit=1000', key)
-  expect(res.status).toBe(200)
-  return res.body.events as StoredEvent[]
+  const wanted = [...expected]
+  return waitFor(
+    async () => {
+      const res = await api(url, 'GET', '/agents/events?limit=1000', key)
+      expect(res.status).toBe(200)
+      const ids = new Set((res.body.events as StoredEvent[]).map((e) => e.event_id))
+      return wanted.every((id) => ids.has(id)) ? (res.body.events as StoredEvent[]) : undefined
+    },
+    20_000,
+    `${wanted.length} acknowledged events in ClickHouse`,
+  )
 }
 
 async function agentsById(url: string, key: string): Promise<Map<string, { total_cost_usd: number; llm_calls: number; is_paused: boolean; cost_threshold_usd?: number }>> {
@@ -133,7 +145,8 @@ afterAll(async () => {
 })
 const hotStates: Array<[string, () => Promise<Record<string, string>>]> = [
   ['in process', async () => ({})],
-  ['in Redis', async () => ({ REDIS_URL: (redis ??= await startRedis()).url })],
+  // A short lease: the restarted instance takes the dead one's journal over within a second.
+  ['in Redis', async () => ({ REDIS_URL: (redis ??= await startRedis()).url, JOURNAL_LEASE_MS: '1000' })],
 ]
 
 describe.each(hotStates)('kill -9 under load, hot state %s', (_name, hotStateEnv) => {
@@ -174,7 +187,7 @@ describe.each(hotStates)('kill -9 under load, hot state %s', (_name, hotStateEnv
       run.acked.set(id, { agentId: e.agent_id, costNano: nano(retry.body.cost_usd), paused: retry.body.paused, totalNano: nano(retry.body.total_cost_24h) })
     }
 
-    const stored = await storedEvents(server.url, key)
+    const stored = await storedEvents(server.url, key, run.acked.keys())
     expectAllAckedStoredOnce(stored, events, run.acked)
     // An event without an answer may or may not be stored; nothing else can be.
     const answeredOrInFlight = new Set([...run.acked.keys(), ...run.unanswered])
@@ -216,7 +229,7 @@ describe.each(hotStates)('kill -9 under load, hot state %s', (_name, hotStateEnv
     const after = await agentsById(server.url, key)
     expect(nano(after.get('a1')!.total_cost_usd)).toBe(storedSums.get('a1'))
     expect(after.get('a1')!.llm_calls).toBe(agents.get('a1')!.llm_calls)
-    expect((await storedEvents(server.url, key)).filter((e) => e.event_id === retryId)).toHaveLength(1)
+    expect((await storedEvents(server.url, key, [retryId])).filter((e) => e.event_id === retryId)).toHaveLength(1)
 
     // So is a retry of an event the kill left unanswered: stored at most once, whichever way it went.
     const lost = [...run.unanswered][0]
@@ -224,7 +237,7 @@ describe.each(hotStates)('kill -9 under load, hot state %s', (_name, hotStateEnv
       const e = events.find((p) => p.event_id === lost)!
       const retry = await api(server.url, 'POST', '/events', key, { ...e, event_type: 'llm_call', model: 'gpt-4o', output_tokens: 500 })
       expect(retry.status).toBe(200)
-      expect((await storedEvents(server.url, key)).filter((s) => s.event_id === lost)).toHaveLength(1)
+      expect((await storedEvents(server.url, key, [lost])).filter((s) => s.event_id === lost)).toHaveLength(1)
     }
   }, 60_000)
 })
@@ -280,7 +293,7 @@ describe('graceful SIGTERM', () => {
     expect([...run.refused.values()].filter((s) => s !== 503)).toEqual([])
 
     server = await startServe(dataDir)
-    const stored = await storedEvents(server.url, key)
+    const stored = await storedEvents(server.url, key, run.acked.keys())
     expectAllAckedStoredOnce(stored, events, run.acked)
     const agents = await agentsById(server.url, key)
     const storedSums = sumBy(stored, (e) => e.agent_id, (e) => nano(e.cost_usd))

@@ -2,11 +2,10 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
 import { DEFAULT_POLICY, type AgentPolicy, type HotState } from '../hot-state/types.ts'
-import type { Ingest } from '../ingest/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl, maskWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody } from '../schemas/config.ts'
-import { agentEvents, agentHasEvents, agentTotals, costByModel, hourlyCost, recentEvents, type StoredEvent } from '../storage/events.ts'
+import { agentEvents, agentHasEvents, costByModel, hourlyCost, recentEvents, type StoredEvent } from '../storage/events.ts'
 import { windowStartMs } from '../window.ts'
 
 const HOUR_MS = 3_600_000
@@ -15,7 +14,6 @@ const RECENT_LOOKBACKS_MS = [HOUR_MS, 24 * HOUR_MS, 30 * 24 * HOUR_MS, Infinity]
 export interface AgentServiceDeps {
   clickhouse: ClickHouseClient
   hotState: HotState
-  ingest: Ingest
   clock: Clock
   allowPrivateWebhooks: boolean
 }
@@ -33,7 +31,6 @@ export class AgentService {
     const { hotState, clock } = this.#d
     const ref = { userId, agentId: body.agent_id }
     const state = await hotState.get(ref, clock.now())
-    if (state.transition) await this.#d.ingest.persistTransitions([state.transition])
     const current = state.snapshot.configured ? state.snapshot.policy : null
     const webhookUrl = body.slack_webhook_url !== undefined ? body.slack_webhook_url : (current?.webhookUrl ?? null)
     if (webhookUrl !== null && body.slack_webhook_url !== undefined) {
@@ -48,12 +45,12 @@ export class AgentService {
       autoResume: body.auto_resume ?? current?.autoResume ?? false,
       webhookUrl,
     }
-    await this.#d.ingest.configure(ref, policy)
+    await hotState.setPolicy(ref, policy, clock.now())
   }
 
   /** POST /config/pause: returns the pause flag now in force (a manual pause or resume always holds). */
   async setPaused(userId: string, agentId: string, paused: boolean): Promise<boolean> {
-    await this.#d.ingest.setPaused({ userId, agentId }, paused)
+    await this.#d.hotState.setPaused({ userId, agentId }, paused, this.#d.clock.now())
     return paused
   }
 
@@ -62,14 +59,15 @@ export class AgentService {
    * pause flags are the hot state's, exactly what POST /events answers (issue 8).
    */
   async list(userId: string) {
-    const { clickhouse, hotState, clock } = this.#d
+    const { hotState, clock } = this.#d
     const now = clock.now()
-    const agentIds = (await hotState.activeAgents(userId, now)) ?? (await agentTotals(clickhouse, userId, windowStartMs(now))).map((t) => t.agent_id)
-    const { snapshots, transitions } = await hotState.getMany(userId, agentIds, now)
-    if (transitions.length > 0) await this.#d.ingest.persistTransitions(transitions)
+    const agentIds = await hotState.activeAgents(userId, now)
+    const { snapshots } = await hotState.getMany(userId, agentIds, now)
     return agentIds
-      .map((agentId, i) => {
+      .flatMap((agentId, i) => {
         const s = snapshots[i]!
+        // An index may still name an agent whose last event just left the window.
+        if (!s.active) return []
         return {
           agent_id: agentId,
           total_cost_usd: nanoToUsd(s.totalNano),
@@ -106,7 +104,6 @@ export class AgentService {
     ])
     const { snapshot } = state
     await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || snapshot.configured)
-    if (state.transition) await this.#d.ingest.persistTransitions([state.transition])
     const last = events.at(-1)
     return {
       agent_id: agentId,

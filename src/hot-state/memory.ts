@@ -1,3 +1,6 @@
+import { JournalFullError, type JournalBacklog, type JournalRow } from '../journal/types.ts'
+import { configRow } from '../storage/configs.ts'
+import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
 import { evaluate, manual } from './policy.ts'
@@ -9,13 +12,11 @@ import {
   type AgentPolicy,
   type AgentRef,
   type AgentSnapshot,
-  type Claim,
-  type EventRef,
   type HotState,
   type PauseState,
+  type RecordEvent,
   type RecordInput,
   type RecordResult,
-  type Reservation,
   type RestoreData,
   type Transition,
   type TransitionReason,
@@ -28,46 +29,51 @@ interface AgentEntry {
   configured: boolean
 }
 
+/** The embedded journal as the in-process hot state writes to it (journal/segment-log.ts). */
+export interface LocalJournal {
+  readonly backlogFull: boolean
+  backlog(): JournalBacklog
+  /** Synchronous up to the promise it returns, which resolves once the rows are durable. */
+  append(rows: readonly JournalRow[], now: number): Promise<void>
+  /** Resolves once every row appended so far is durable. */
+  synced(): Promise<void>
+}
+
 /**
- * The hot state in process memory, for the embedded single-instance deployment. It keeps
- * nothing another instance could need: with several instances, use the Redis one.
+ * The hot state in process memory, for the embedded single-instance deployment, with its
+ * journal (issue 8). Every change and its journal append run in one synchronous block, so
+ * no other request sees one without the other: that block is the atomic step, and the
+ * caller is answered once the journal has written it (group commit). It keeps nothing
+ * another instance could need: with several instances, use the Redis one.
  */
 export class MemoryHotState implements HotState {
+  readonly #journal: LocalJournal
   readonly #agents = new Map<string, AgentEntry>()
   // user → the ids of their agents held in #agents (listings without a scan of every agent).
   readonly #byUser = new Map<string, Set<string>>()
-  // user\0agent\0event_id → cost, and a FIFO of the same keys by minute for amortised expiry.
   // The window's event ids and their costs, at most 64 bytes each (dedup.ts).
   readonly #seen = new EventIdSet()
   // Round-robin cursor over the agents, to forget idle ones a few at a time.
   #sweep: Iterator<[string, AgentEntry]> = this.#agents.entries()
 
-  async reserve(events: readonly EventRef[], _token: string, now: number): Promise<Reservation[]> {
-    const nowMinute = minuteOf(now)
-    this.#seen.expire(nowMinute)
-    return events.map((e) => {
-      const hit = this.#seen.get(fingerprint(e.userId, e.agentId, e.eventId), nowMinute)
-      return hit !== undefined ? { state: 'done', costNano: hit } : { state: 'reserved' }
-    })
+  constructor(journal: LocalJournal) {
+    this.#journal = journal
   }
 
-  // One process: a claim dies with the process that made it.
-  async staleClaims(): Promise<Claim[]> {
-    return []
+  async record(e: RecordEvent, now: number): Promise<RecordResult> {
+    // The bound is checked before anything changes: a refused event leaves no trace.
+    this.#mustHaveRoom()
+    const step = this.#count(e, now)
+    if (!step.counted) {
+      // The first of these may still be on its way to the disk: answer once it is there.
+      await this.#journal.synced()
+      return step
+    }
+    await this.#journal.append([{ table: 'events', row: e.row }, ...step.transitions.map(asRow)], now)
+    return step
   }
 
-  async dropClaim(): Promise<void> {}
-
-  async record(events: readonly RecordInput[], now: number): Promise<RecordResult[]> {
-    return events.map((e) => this.recordNow(e, now))
-  }
-
-  /**
-   * record() for one event, synchronously: a caller that appends the result to its journal
-   * in the same synchronous block makes dedup, count, evaluate, flip and append one atomic
-   * step (no other request runs in between).
-   */
-  recordNow(e: RecordInput, now: number): RecordResult {
+  #count(e: RecordInput, now: number): RecordResult {
     const nowMinute = minuteOf(now)
     this.#seen.expire(nowMinute)
     this.#forgetIdle(nowMinute, SWEEP_PER_ACCESS)
@@ -107,6 +113,8 @@ export class MemoryHotState implements HotState {
     if (!agent) return { snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: DEFAULT_POLICY, configured: false }, transition: null }
     agent.window.expire(minuteOf(now))
     const transition = this.#evaluate(ref, agent, now, false)
+    // Reads append past the bound: a relaxing transition is rare, and a read never fails for it.
+    if (transition) await this.#journal.append([asRow(transition)], now)
     return { snapshot: snapshotOf(agent), transition }
   }
 
@@ -122,36 +130,40 @@ export class MemoryHotState implements HotState {
   }
 
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null> {
-    return this.setPolicyNow(ref, policy, now)
-  }
-
-  /** setPolicy(), synchronously (see recordNow()). */
-  setPolicyNow(ref: AgentRef, policy: AgentPolicy, now: number): Transition | null {
+    this.#mustHaveRoom()
     const agent = this.#entry(ref)
     const thresholdChanged = agent.policy.thresholdNano !== policy.thresholdNano
     agent.policy = { ...policy }
     agent.configured = true
+    let transition: Transition | null = null
     if (thresholdChanged && agent.pause.override) {
       agent.pause = { ...agent.pause, override: false }
-      return transitionOf(ref, agent, now, 'threshold_changed')
+      transition = transitionOf(ref, agent, now, 'threshold_changed')
     }
-    return null
+    await this.#journal.append([{ table: 'agent_configs', row: configRow(ref, policy, now) }, ...(transition ? [asRow(transition)] : [])], now)
+    return transition
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number): Promise<Transition | null> {
-    return this.setPausedNow(ref, paused, now)
-  }
-
-  /** setPaused(), synchronously (see recordNow()). */
-  setPausedNow(ref: AgentRef, paused: boolean, now: number): Transition | null {
+    this.#mustHaveRoom()
     const agent = this.#entry(ref)
     agent.window.expire(minuteOf(now))
     const next = manual(agent.pause, paused, agent.window.totalNano, agent.policy)
-    if (!next) return null
+    if (!next) {
+      // Already so: answer once what made it so is on disk.
+      await this.#journal.synced()
+      return null
+    }
     agent.pause = next
-    return transitionOf(ref, agent, now, 'manual')
+    const transition = transitionOf(ref, agent, now, 'manual')
+    await this.#journal.append([asRow(transition)], now)
+    return transition
   }
 
+  /**
+   * Replaces the whole state with a rebuild (ingest/rebuild.ts) and acts on what it finds:
+   * a crossing stored just before a crash was never acted on, and is now (journaled).
+   */
   async restore(data: RestoreData, now: number): Promise<Transition[]> {
     this.#agents.clear()
     this.#byUser.clear()
@@ -171,12 +183,12 @@ export class MemoryHotState implements HotState {
       const fp = fingerprint(s.userId, s.agentId, s.eventId)
       if (this.#seen.get(fp, nowMinute) === undefined) this.#seen.add(fp, s.costNano, s.minute)
     }
-    // A crossing stored just before a crash was never acted on: act on it now.
     const transitions: Transition[] = []
     for (const [key, agent] of this.#agents) {
       const t = this.#evaluate(refOf(key), agent, now, true)
       if (t) transitions.push(t)
     }
+    if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
     return transitions
   }
 
@@ -186,6 +198,10 @@ export class MemoryHotState implements HotState {
   }
 
   async ping(): Promise<void> {}
+
+  #mustHaveRoom(): void {
+    if (this.#journal.backlogFull) throw new JournalFullError(this.#journal.backlog())
+  }
 
   async close(): Promise<void> {}
 
@@ -248,6 +264,10 @@ function refOf(key: string): AgentRef {
   return { userId: key.slice(0, i), agentId: key.slice(i + 1) }
 }
 
+
+function asRow(t: Transition): JournalRow {
+  return { table: 'pause_transitions', row: transitionRow(t) }
+}
 
 function snapshotOf(agent: AgentEntry): AgentSnapshot {
   return {

@@ -1,9 +1,12 @@
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 import { StoreUnavailableError } from '../errors.ts'
+import type { RedisJournal } from '../journal/redis-streams.ts'
+import { JournalFullError } from '../journal/types.ts'
+import { toChDateTime } from '../storage/clickhouse.ts'
+import { configRow } from '../storage/configs.ts'
 import { redisFailure } from '../storage/failures.ts'
-import { agentKeyId, DEFAULT_PARTITIONS, partitionOf, partitionTag } from '../storage/redis-keys.ts'
-import { nextVersion } from '../storage/version.ts'
+import { agentKeyId, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../window.ts'
 import {
   DEFAULT_POLICY,
@@ -12,54 +15,57 @@ import {
   type AgentLoader,
   type AgentRef,
   type AgentSnapshot,
-  type Claim,
-  type EventRef,
   type HotState,
   type PauseReason,
-  type RecordInput,
+  type RecordEvent,
   type RecordResult,
-  type Reservation,
-  type RestoreData,
   type Transition,
   type TransitionReason,
 } from './types.ts'
 
+/** The agents of a user with events in the window, as ClickHouse has them (for a lost index). */
+export type UserAgentsLoader = (userId: string, now: number) => Promise<string[]>
+
+export interface RedisHotStateOptions {
+  redis: Redis | Cluster
+  /** This instance's journal: every script appends to its stream of the user's partition. */
+  journal: RedisJournal
+  loader: AgentLoader
+  userAgents: UserAgentsLoader
+  prefix?: string
+}
+
 /**
- * The hot state in Redis, shared by every burnrate instance (DECISIONS.md "Architecture").
- * Each operation is one Lua script over one agent's keys, atomic, constant time per event
- * and in one Redis Cluster slot: the keys of an agent carry its user's partition tag {p<n>}
- * (storage/redis-keys.ts), which the journal streams of that user's rows carry too.
- * Redis is derived state: a script finding the agent not loaded answers NEEDS_LOAD, and the
- * agent is installed from ClickHouse (the loader) by a script that installs only once.
- * The rules are memory.ts's, branch for branch (lua/lib.lua mirrors policy.ts).
+ * The hot state in Redis, shared by every burnrate instance (DECISIONS.md "Architecture"),
+ * with the journal in the same atomic step (issue 8): each operation is one Lua script over
+ * one agent's keys, its user's agent index and this instance's journal stream of the user's
+ * partition. They all carry the partition's hash tag {p<n>} (storage/redis-keys.ts), so a
+ * script touches one Redis Cluster slot, and its effects and its journal rows are applied
+ * together or not at all; Redis's AOF makes them durable.
+ * Redis is derived state for the counters: a script finding the agent not loaded answers
+ * NEEDS_LOAD, and the agent is installed from ClickHouse (the loader) by a script that
+ * installs only once. The rules are memory.ts's, branch for branch (lua/lib.lua mirrors policy.ts).
  */
 export class RedisHotState implements HotState {
   readonly #redis: Redis | Cluster
   readonly #scripts: Scripts
   readonly #prefix: string
+  readonly #journal: RedisJournal
   readonly #loader: AgentLoader
-  // One loader call in flight per agent in this process; other instances are kept from
-  // double counting by load.lua, which installs only into an agent that is not loaded.
+  readonly #userAgents: UserAgentsLoader
+  // One loader call in flight per agent (and per user index) in this process; other
+  // instances are kept from double counting by load.lua, which installs only once.
   readonly #loading = new Map<string, Promise<void>>()
 
-  readonly #staleMs: number
-  // A sorted set of the claims not yet recorded, by time (one key: it is small, entries
-  // live from claim to record, normally milliseconds).
-  readonly #claims: string
-
-  readonly #partitions: number
-
-  /** reserveStaleMs: how long another instance's claim on an event id holds (reserve()). */
-  constructor(opts: { redis: Redis | Cluster; prefix?: string; loader: AgentLoader; reserveStaleMs?: number; partitions?: number }) {
+  constructor(opts: RedisHotStateOptions) {
     const prefix = opts.prefix ?? 'br:'
-    this.#staleMs = opts.reserveStaleMs ?? RESERVE_STALE_MS
-    this.#partitions = opts.partitions ?? DEFAULT_PARTITIONS
     // Redis Cluster hashes the first {…} of a key: the prefix must not hold one.
     if (/[{}]/.test(prefix)) throw new Error(`hot-state prefix must not contain braces: ${prefix}`)
     this.#redis = opts.redis
     this.#prefix = prefix
-    this.#claims = `${prefix}claims`
+    this.#journal = opts.journal
     this.#loader = opts.loader
+    this.#userAgents = opts.userAgents
     for (const [name, { lua, keys }] of Object.entries(SCRIPTS)) {
       // load.lua takes a variable number of keys (one per seen event): the caller passes the count.
       opts.redis.defineCommand(name, { lua, ...(keys === null ? {} : { numberOfKeys: keys }) })
@@ -67,64 +73,22 @@ export class RedisHotState implements HotState {
     this.#scripts = opts.redis as unknown as Scripts
   }
 
-  async reserve(events: readonly EventRef[], token: string, now: number): Promise<Reservation[]> {
-    return Promise.all(
-      events.map(async (e) => {
-        const k = this.#keys(e)
-        // The claim is indexed by time, so a sweeper finds the claims of an instance that
-        // died. Sent with the claim, in the same round trip: an entry for an event that turns
-        // out done, or busy elsewhere, only costs the sweeper a look (it counts nothing twice).
-        const [[state, cost]] = (await Promise.all([
-          this.#run(e, now, () => this.#scripts.burnrateReserve(k.a, k.w, k.m, k.e(e.eventId), now, token, this.#staleMs)),
-          unavailableOnError(() => this.#redis.zadd(this.#claims, now, claimMember(e))),
-        ])) as [[Reservation['state'], string?], unknown]
-        return state === 'done' ? { state, costNano: Number(cost) } : { state }
-      }),
-    )
-  }
-
-  async record(events: readonly RecordInput[], now: number): Promise<RecordResult[]> {
-    // Issued together, so a batch costs one round trip; one connection answers in order.
-    return Promise.all(
-      events.map(async (e) => {
-        const k = this.#keys(e)
-        const args = [now, AGENT_TTL_MS, String(e.costNano), e.llmCall ? 1 : 0, minuteOf(e.at)] as const
-        const reply = (await this.#run(e, now, () => this.#scripts.burnrateRecord(k.a, k.w, k.m, k.e(e.eventId), ...args))) as RecordReply
-        // Not waited for: an entry left behind is settled by the sweeper as already counted.
-        this.#redis.zrem(this.#claims, claimMember(e)).catch(() => {})
-        const [counted, total, paused, ...transitions] = reply
-        return {
-          counted: counted === 1,
-          // This path records only events it stored (a repeat was answered by reserve()).
-          costNano: e.costNano,
-          totalNano: Number(total),
-          paused: paused === 1,
-          transitions: transitions.map((t) => transitionOf(e, now, t)),
-        }
-      }),
-    )
-  }
-
-  async staleClaims(before: number, limit: number): Promise<Claim[]> {
-    const flat = await unavailableOnError(() => this.#redis.zrangebyscore(this.#claims, '-inf', `(${before}`, 'WITHSCORES', 'LIMIT', 0, limit))
-    const claims: Claim[] = []
-    for (let i = 0; i < flat.length; i += 2) {
-      const [userId, agentId, eventId] = JSON.parse(flat[i]!) as [string, string, string]
-      claims.push({ userId, agentId, eventId, at: Number(flat[i + 1]) })
+  async record(e: RecordEvent, now: number): Promise<RecordResult> {
+    const reply = (await this.#agentScript(e, now, (k, head) =>
+      this.#scripts.burnrateRecord(...k, k.e(e.eventId), ...head, String(e.costNano), e.llmCall ? 1 : 0, minuteOf(e.at), JSON.stringify(e.row)),
+    )) as RecordReply
+    const [counted, total, paused, cost, ...transitions] = reply
+    return {
+      counted: counted === 1,
+      costNano: Number(cost),
+      totalNano: Number(total),
+      paused: paused === 1,
+      transitions: transitions.map((t) => transitionOf(e, now, t)),
     }
-    return claims
-  }
-
-  async dropClaim(claim: Claim): Promise<void> {
-    await unavailableOnError(async () => {
-      await this.#scripts.burnrateDropClaim(this.#keys(claim).e(claim.eventId), claim.at)
-      await this.#redis.zrem(this.#claims, claimMember(claim))
-    })
   }
 
   async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }> {
-    const k = this.#keys(ref)
-    const [s, t] = (await this.#run(ref, now, () => this.#scripts.burnrateGet(k.a, k.w, k.m, now))) as GetReply
+    const [s, t] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...head))) as GetReply
     const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active] = s
     return {
       snapshot: {
@@ -139,8 +103,22 @@ export class RedisHotState implements HotState {
     }
   }
 
-  async activeAgents(): Promise<null> {
-    return null
+  /**
+   * The user's index of agents, loaded from ClickHouse when Redis lost it (or it expired):
+   * it may list an agent whose last event has just left the window, which the caller's
+   * snapshot (active) settles.
+   */
+  async activeAgents(userId: string, now: number): Promise<string[]> {
+    const key = this.#userKey(userId)
+    const first = await unavailableOnError(() => this.#scripts.burnrateAgents(key, now))
+    if (first !== NEEDS_LOAD) return first as string[]
+    await this.#once(`user\0${userId}`, async () => {
+      const agents = await this.#userAgents(userId, now)
+      await unavailableOnError(() => this.#scripts.burnrateAgentsLoad(key, AGENT_TTL_MS, minuteOf(now), ...agents))
+    })
+    const second = await unavailableOnError(() => this.#scripts.burnrateAgents(key, now))
+    if (second === NEEDS_LOAD) throw new StoreUnavailableError('Redis', `the agent index of a user was lost while loading it`)
+    return second as string[]
   }
 
   async getMany(userId: string, agentIds: readonly string[], now: number) {
@@ -153,43 +131,18 @@ export class RedisHotState implements HotState {
   }
 
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null> {
-    const k = this.#keys(ref)
-    const args = [now, AGENT_TTL_MS, String(policy.thresholdNano), policy.autoResume ? 1 : 0, policy.webhookUrl ?? ''] as const
-    const [t] = (await this.#run(ref, now, () => this.#scripts.burnrateSetPolicy(k.a, k.w, k.m, ...args))) as [TransitionReply | null]
+    const row = JSON.stringify(configRow(ref, policy, now))
+    const [t] = (await this.#agentScript(ref, now, (k, head) =>
+      this.#scripts.burnrateSetPolicy(...k, ...head, String(policy.thresholdNano), policy.autoResume ? 1 : 0, policy.webhookUrl ?? '', row),
+    )) as [TransitionReply | false]
     return t ? transitionOf(ref, now, t) : null
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number): Promise<Transition | null> {
-    const k = this.#keys(ref)
-    const [t] = (await this.#run(ref, now, () => this.#scripts.burnrateSetPaused(k.a, k.w, k.m, now, AGENT_TTL_MS, paused ? 1 : 0))) as [
-      TransitionReply | null,
+    const [t] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateSetPaused(...k, ...head, paused ? 1 : 0))) as [
+      TransitionReply | false,
     ]
     return t ? transitionOf(ref, now, t) : null
-  }
-
-  /**
-   * Replaces the hot state with a rebuild (memory.ts restore()): every hot-state key under
-   * the prefix goes, then each agent of `data` is installed and the rules run with mayPause.
-   * Agents absent from `data` are loaded again on demand, from ClickHouse.
-   */
-  async restore(data: RestoreData, now: number): Promise<Transition[]> {
-    await this.#deleteAll()
-    const loads = new Map<string, { ref: AgentRef; load: AgentLoad }>()
-    const entry = (r: AgentRef): AgentLoad => {
-      const id = agentId(r)
-      let e = loads.get(id)
-      if (!e) {
-        e = { ref: { userId: r.userId, agentId: r.agentId }, load: { minutes: [], seen: [], policy: null, pause: null } }
-        loads.set(id, e)
-      }
-      return e.load
-    }
-    for (const p of data.policies) entry(p).policy = p.policy
-    for (const p of data.pauses) entry(p).pause = p.pause
-    for (const m of data.minutes) entry(m).minutes.push(m)
-    for (const s of data.seen) entry(s).seen.push(s)
-    const transitions = await Promise.all([...loads.values()].map(({ ref, load }) => this.#install(ref, load, now, true)))
-    return transitions.filter((t): t is Transition => t !== null)
   }
 
   async ping(): Promise<void> {
@@ -199,37 +152,58 @@ export class RedisHotState implements HotState {
   /** The client belongs to the caller, who quits it. */
   async close(): Promise<void> {}
 
-  /** Runs an agent's script; if the agent is not loaded, loads it and runs the script once more. */
-  async #run(ref: AgentRef, now: number, call: () => Promise<unknown>): Promise<unknown> {
-    const first = await unavailableOnError(call)
-    if (first !== NEEDS_LOAD) return first
-    await this.#ensureLoaded(ref, now) // ClickHouse's failures are classified as ClickHouse's
-    const second = await unavailableOnError(call)
-    // Only an agent expiring or flushed between the load and the retry gets here.
-    if (second === NEEDS_LOAD) throw new StoreUnavailableError('Redis', `hot state for agent ${ref.agentId} was lost while loading it`)
-    return second
+  /**
+   * Runs an agent script (lib.lua: its six keys and seven arguments, then its own). An agent
+   * not loaded is loaded and the script runs once more; a journal taken over by another
+   * instance is rejoined under a new id and the script runs again; the bound is a 503.
+   */
+  async #agentScript(ref: AgentRef, now: number, call: (keys: AgentKeys, head: ScriptHead) => Promise<unknown>): Promise<unknown> {
+    for (let attempt = 0; ; attempt++) {
+      const instance = this.#journal.instance
+      const reply = await unavailableOnError(() => call(this.#keys(ref), this.#head(ref, now)))
+      if (reply === FENCED && attempt < 3) {
+        await this.#journal.rejoin(instance)
+        continue
+      }
+      if (reply === NEEDS_LOAD && attempt < 3) {
+        await this.#ensureLoaded(ref, now) // ClickHouse's failures are classified as ClickHouse's
+        continue
+      }
+      if (reply === FULL) throw new JournalFullError({ ...this.#journal.backlog(), rows: Math.max(this.#journal.backlog().rows, this.#journal.streamRows) })
+      // Only an agent expiring or flushed between loads, or a journal fenced again and again, gets here.
+      if (typeof reply === 'string') throw new StoreUnavailableError('Redis', `the hot state of agent ${ref.agentId} answered ${reply}`)
+      return reply
+    }
+  }
+
+  /** ARGV[1..7] of every agent script (lib.lua). */
+  #head(ref: AgentRef, now: number): ScriptHead {
+    const members = JSON.stringify({ user_id: ref.userId, agent_id: ref.agentId }).slice(1, -1)
+    return [now, AGENT_TTL_MS, this.#journal.instance, this.#journal.streamRows, members, toChDateTime(now), ref.agentId]
+  }
+
+  #ensureLoaded(ref: AgentRef, now: number): Promise<void> {
+    return this.#once(agentId(ref), async () => {
+      const load = await this.#loader(ref, now)
+      await unavailableOnError(() => this.#install(ref, load, now))
+    })
   }
 
   /**
-   * One load per agent in flight. Every script that answered NEEDS_LOAD was sent before the
+   * One load per key in flight. Every script that answered NEEDS_LOAD was sent before the
    * load's install on the same connection (one node per slot), which Redis answers in
    * order: they all find the load still in flight and wait for it, never start another.
    */
-  #ensureLoaded(ref: AgentRef, now: number): Promise<void> {
-    const id = agentId(ref)
+  #once(id: string, load: () => Promise<void>): Promise<void> {
     let loading = this.#loading.get(id)
     if (!loading) {
-      loading = this.#loader(ref, now)
-        .then(async (load) => {
-          await unavailableOnError(() => this.#install(ref, load, now, false))
-        })
-        .finally(() => this.#loading.delete(id))
+      loading = load().finally(() => this.#loading.delete(id))
       this.#loading.set(id, loading)
     }
     return loading
   }
 
-  async #install(ref: AgentRef, load: AgentLoad, now: number, rebuild: boolean): Promise<Transition | null> {
+  async #install(ref: AgentRef, load: AgentLoad, now: number): Promise<void> {
     const k = this.#keys(ref)
     const policy = load.policy ?? DEFAULT_POLICY
     const pause = load.pause ?? { paused: false, reason: null, override: false }
@@ -244,51 +218,35 @@ export class RedisHotState implements HotState {
       },
       pause: { paused: pause.paused ? '1' : '0', reason: pause.reason ?? '', override: pause.override ? '1' : '0' },
     }
-    const keys = [k.a, k.w, k.m, ...load.seen.map((s) => k.e(s.eventId))]
+    const keys = [k[0], k[1], k[2], ...load.seen.map((s) => k.e(s.eventId))]
     // An array, not spread: ioredis flattens it, and a busy agent's seen ids can be many.
-    const [, t] = (await this.#scripts.burnrateLoad(keys.length, keys, now, AGENT_TTL_MS, rebuild ? 1 : 0, JSON.stringify(payload))) as [
-      number,
-      TransitionReply | null,
-    ]
-    return t ? transitionOf(ref, now, t) : null
+    await this.#scripts.burnrateLoad(keys.length, keys, now, AGENT_TTL_MS, JSON.stringify(payload))
   }
 
-  #keys(ref: AgentRef) {
+  /** KEYS[1..6] of an agent script (lib.lua), and its event-id keys. */
+  #keys(ref: AgentRef): AgentKeys {
     // The user's partition tag: the agent's keys share a slot with every key of its user,
     // the journal streams its rows go to included (redis-keys.ts).
-    const base = `${this.#prefix}${partitionTag(partitionOf(ref.userId, this.#partitions))}:hs:${agentKeyId(ref.userId, ref.agentId)}`
-    return { a: `${base}:a`, w: `${base}:w`, m: `${base}:m`, e: (eventId: string) => `${base}:e:${eventId}` }
+    const p = this.#journal.partitionOf(ref.userId)
+    const base = `${this.#prefix}${partitionTag(p)}:hs:${agentKeyId(ref.userId, ref.agentId)}`
+    const keys = [`${base}:a`, `${base}:w`, `${base}:m`, this.#journal.streamKey(p), this.#journal.fencedKey(p), this.#userKey(ref.userId)] as const
+    return Object.assign(keys, { e: (eventId: string) => `${base}:e:${eventId}` })
   }
 
-  /** Deletes every hot-state key under the prefix, on every master of a cluster. */
-  async #deleteAll(): Promise<void> {
-    const nodes = this.#redis.isCluster ? (this.#redis as Cluster).nodes('master') : [this.#redis as Redis]
-    // SCAN sees keys with the client's own keyPrefix, which UNLINK adds again.
-    const clientPrefix = this.#redis.options.keyPrefix ?? ''
-    const match = `${(clientPrefix + this.#prefix).replace(/[*?[\]\\]/g, '\\$&')}{p*}:hs:*`
-    for (const node of nodes) {
-      let cursor = '0'
-      do {
-        const [next, keys] = await node.scan(cursor, 'MATCH', match, 'COUNT', 1000)
-        cursor = next
-        // One key per command: keys of different agents may live in different slots.
-        await Promise.all(keys.map((key) => this.#redis.unlink(key.slice(clientPrefix.length))))
-      } while (cursor !== '0')
-    }
+  #userKey(userId: string): string {
+    return `${this.#prefix}${partitionTag(this.#journal.partitionOf(userId))}:u:${userKeyId(userId)}`
   }
 }
+
+type AgentKeys = readonly [string, string, string, string, string, string] & { e(eventId: string): string }
+type ScriptHead = [number, number, string, number, string, string, string]
 
 /** Keys live 25 h after an agent's last write: longer than the window, so only idle agents expire. */
 const AGENT_TTL_MS = 25 * 60 * 60 * 1000
 
-/**
- * A claim on an event id older than this is taken over. Longer than an insert normally
- * takes (or the event would be stored twice), short enough that a client retrying after an
- * instance crashed gets through soon.
- */
-const RESERVE_STALE_MS = 5000
-
 const NEEDS_LOAD = 'NEEDS_LOAD'
+const FENCED = 'FENCED'
+const FULL = 'FULL'
 
 // Read once at start-up; lib.lua holds the helpers every script shares (Redis 7 scripts
 // cannot import), so the rules exist once in Lua.
@@ -297,39 +255,35 @@ const LIB = lua('lib')
 const script = (name: string, keys: number | null) => ({ lua: `${LIB}\n${lua(name)}`, keys })
 const standalone = (name: string, keys: number) => ({ lua: lua(name), keys })
 const SCRIPTS = {
-  burnrateRecord: script('record', 4),
-  burnrateGet: script('get', 3),
-  burnrateSetPolicy: script('set_policy', 3),
-  burnrateSetPaused: script('set_paused', 3),
-  burnrateReserve: script('reserve', 4),
+  burnrateRecord: script('record', 7),
+  burnrateGet: script('get', 6),
+  burnrateSetPolicy: script('set_policy', 6),
+  burnrateSetPaused: script('set_paused', 6),
   burnrateLoad: script('load', null),
-  burnrateDropClaim: standalone('drop_claim', 1),
+  burnrateAgents: standalone('agents', 1),
+  burnrateAgentsLoad: standalone('agents_load', 1),
 }
 
 type Arg = string | number | string[]
 /** The commands defineCommand adds to the client (ioredis calls them by EVALSHA, EVAL on NOSCRIPT). */
 type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>>
 
-/** {reason, paused, override, total, threshold, webhook} from lib.lua transition(). */
-type TransitionReply = [TransitionReason, number, number, string, string, string | null]
-type RecordReply = [number, string, number, ...TransitionReply[]]
+/** {reason, paused, override, total, threshold, webhook, version} from lib.lua transition(). */
+type TransitionReply = [TransitionReason, number, number, string, string, string | null, string]
+type RecordReply = [number, string, number, string, ...TransitionReply[]]
 type GetReply = [[string, string, number, string, number, string, number, string | null, number, number], TransitionReply | null]
-
-function claimMember(e: EventRef): string {
-  return JSON.stringify([e.userId, e.agentId, e.eventId])
-}
 
 function agentId(ref: AgentRef): string {
   return `${ref.userId}\0${ref.agentId}`
 }
 
 function transitionOf(ref: AgentRef, now: number, t: TransitionReply): Transition {
-  const [reason, paused, override, total, threshold, webhook] = t
+  const [reason, paused, override, total, threshold, webhook, version] = t
   return {
     userId: ref.userId,
     agentId: ref.agentId,
     at: now,
-    version: nextVersion(now),
+    version: Number(version),
     paused: paused === 1,
     reason,
     override: override === 1,

@@ -1,4 +1,5 @@
 import type { Nano } from '../money.ts'
+import type { EventRow } from '../storage/events.ts'
 
 /** What a config says about an agent's budget (DECISIONS.md "Behaviour SPEC.md leaves open"). */
 export interface AgentPolicy {
@@ -50,12 +51,17 @@ export interface AgentRef {
   agentId: string
 }
 
-/** One stored event, applied to the hot state after its batch is in ClickHouse. */
+/** What the hot state counts of one event. */
 export interface RecordInput extends AgentRef {
   eventId: string
   costNano: Nano
   llmCall: boolean
   at: number
+}
+
+/** One event's atomic step: what is counted, and the row the journal takes with it. */
+export interface RecordEvent extends RecordInput {
+  row: EventRow
 }
 
 export interface RecordResult {
@@ -80,27 +86,6 @@ export interface AgentSnapshot {
   configured: boolean
 }
 
-/** What an instance may do with an event id it is about to store (see HotState.reserve). */
-export type Reservation =
-  /** Not seen: this instance stores it. */
-  | { state: 'reserved' }
-  /** Another instance reserved it and went quiet (crashed, or its insert failed): this one
-   * takes over, and must look in ClickHouse before storing it again. */
-  | { state: 'takeover' }
-  /** Already stored and counted, at this cost. */
-  | { state: 'done'; costNano: Nano }
-  /** Another instance is storing it right now: ask again shortly. */
-  | { state: 'busy' }
-
-export interface EventRef extends AgentRef {
-  eventId: string
-}
-
-/** A reservation (see HotState.reserve) and when it was made. */
-export interface Claim extends EventRef {
-  at: number
-}
-
 /** Everything the hot state is rebuilt from (storage reads it from ClickHouse). */
 export interface RestoreData {
   minutes: Array<AgentRef & { minute: number; costNano: Nano; llmCalls: number }>
@@ -110,45 +95,31 @@ export interface RestoreData {
 }
 
 /**
- * The hot state: rolling 24 h totals, pause flags and the event-id dedup set, answered
- * in constant time per event. Two implementations share the same behavioural tests:
- * in process (memory.ts) and, for several instances, Redis.
+ * The hot state: rolling 24 h totals, pause flags and the event-id dedup set, answered in
+ * constant time per event, and the journal every change is written to in the same atomic
+ * step (issue 8). Two implementations, one contract suite (test/hot-state/contract.test.ts):
+ * in process with the segment log (memory.ts), and Redis with its streams (redis.ts).
+ * Transitions returned are already journaled: the caller only announces them.
  */
 export interface HotState {
   /**
-   * Claims event ids before they are stored, so an event sent twice at once (through two
-   * instances) is stored once. A reservation that is not recorded within a few seconds goes
-   * stale and the next claim takes it over. In one process the in-flight map already does
-   * this, and the memory hot state answers only 'reserved' or 'done'. Ids are kept per
-   * (user, agent): a retry repeats the whole event, and one agent's keys live in one Redis
-   * Cluster slot, so a single script can dedup and count.
+   * POST /events, all of it or none of it: dedup the event id (per user and agent), add the
+   * cost to the window, evaluate the budget rules, flip the pause flag, and append the
+   * event's row and its transitions to the journal; resolves once that append is durable.
+   * A repeat changes nothing and answers with the cost it was first counted at. Throws
+   * JournalFullError at the journal's bound, before anything changed.
    */
-  reserve(events: readonly EventRef[], token: string, now: number): Promise<Reservation[]>
-  /**
-   * Claims made before `before` and never recorded, oldest first: their instance died
-   * between claiming and counting. A sweeper looks each up in ClickHouse and records it
-   * (stored) or drops it (not stored), so totals converge without waiting for a retry.
-   */
-  staleClaims(before: number, limit: number): Promise<Claim[]>
-  /** Forgets a claim nobody stored, unless the event was claimed again since. */
-  dropClaim(claim: Claim): Promise<void>
-  /** Applies stored events in order: dedup, add to window, evaluate the budget rules. */
-  record(events: readonly RecordInput[], now: number): Promise<RecordResult[]>
-  /** The agent's window and state; relaxing rules (override cleared, auto-resume) apply. */
+  record(event: RecordEvent, now: number): Promise<RecordResult>
+  /** The agent's window and state; relaxing rules (override cleared, auto-resume) apply and are journaled. */
   get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }>
-  /**
-   * The user's agents with events in the window, or null where the implementation cannot
-   * list them (Redis, until it is partitioned by user: issue 8); the caller then asks ClickHouse.
-   */
-  activeAgents(userId: string, now: number): Promise<string[] | null>
+  /** The user's agents with events in the window. */
+  activeAgents(userId: string, now: number): Promise<string[]>
   /** Snapshots of several agents of one user (for listings). */
   getMany(userId: string, agentIds: readonly string[], now: number): Promise<{ snapshots: AgentSnapshot[]; transitions: Transition[] }>
-  /** POST /config: a new policy; a changed threshold ends a manual override. */
+  /** POST /config: the policy and its agent_configs row, and the end of a manual override a changed threshold causes. */
   setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null>
   /** POST /config/pause: a manual pause or resume; null when the state already was that. */
   setPaused(ref: AgentRef, paused: boolean, now: number): Promise<Transition | null>
-  /** Replaces the whole state with a rebuild; returns transitions the rebuild decided (a budget crossing stored but not yet acted on). */
-  restore(data: RestoreData, now: number): Promise<Transition[]>
   ping(): Promise<void>
   close(): Promise<void>
 }

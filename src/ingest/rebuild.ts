@@ -1,5 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
-import type { AgentLoad, AgentLoader, AgentPolicy, AgentRef, HotState, PauseState, RestoreData, Transition } from '../hot-state/types.ts'
+import type { MemoryHotState } from '../hot-state/memory.ts'
+import type { AgentLoad, AgentLoader, AgentPolicy, AgentRef, PauseState, RestoreData, Transition } from '../hot-state/types.ts'
 import { allConfigs, type ConfigRow } from '../storage/configs.ts'
 import { seenEvents, windowMinutes } from '../storage/events.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
@@ -12,11 +13,11 @@ import { minuteOf, windowStartMs } from '../window.ts'
  * there: the window's per-minute totals (each event id once, wherever it is found), the
  * dedup set, every config and the latest pause state (the newest version, wherever it is
  * found). It replaces the hot state rather than adding to it, so it never counts twice.
- * Returns the transitions the rebuild decided, for the caller to persist and notify.
+ * Returns the transitions the rebuild decided (journaled), for the caller to announce.
  */
 export async function rebuildHotState(
   clickhouse: ClickHouseClient,
-  hotState: HotState,
+  hotState: MemoryHotState,
   now: number,
   unshipped: AsyncIterable<JournalEntry> = (async function* () {})(),
 ): Promise<Transition[]> {

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 import { partitionOf, partitionTag } from '../storage/redis-keys.ts'
@@ -44,26 +45,63 @@ export class RedisJournal implements JournalSource {
   readonly #o: Required<RedisJournalOptions>
   readonly #scripts: Scripts
   #backlog: JournalBacklog = { rows: 0, bytes: 0, oldestAt: null }
+  #rejoining: Promise<void> | null = null
 
   constructor(o: RedisJournalOptions) {
-    this.#o = { prefix: 'br:', caller: o.instance, leaseMs: 10_000, ...o }
+    this.#o = { ...o, prefix: o.prefix ?? 'br:', caller: o.caller ?? o.instance, leaseMs: o.leaseMs ?? 10_000 }
     if (/[{}]/.test(this.#o.prefix)) throw new Error(`journal prefix must not contain braces: ${this.#o.prefix}`)
     for (const [name, { lua, keys }] of Object.entries(SCRIPTS)) this.#o.redis.defineCommand(name, { lua, numberOfKeys: keys })
     this.#scripts = this.#o.redis as unknown as Scripts
   }
 
-  /** Makes this instance the owner of its journal (at start-up, under a new id). */
-  async register(): Promise<void> {
-    await this.#o.redis.hsetnx(this.#shipKey, 'owner', this.#o.instance)
-    await this.renew()
-    await this.#o.redis.sadd(this.#instancesKey, this.#o.instance)
+  /** The instance whose journal this is (a new id after rejoin()). */
+  get instance(): string {
+    return this.#o.instance
   }
 
-  /** Keeps the ownership for another lease; throws JournalFencedError when it was taken over. */
+  /** How long an owner holds its journal without renewing (ms). */
+  get leaseMs(): number {
+    return this.#o.leaseMs
+  }
+
+  /** Rows one stream (one partition) may hold unshipped: the bound, spread over the partitions. */
+  get streamRows(): number {
+    return Math.ceil(this.#o.maxRows / this.#o.partitions)
+  }
+
+  /** Makes this instance the owner of its journal (at start-up, under a new id). */
+  async register(): Promise<void> {
+    await this.renew()
+  }
+
+  /**
+   * Keeps the ownership for another lease (and the instance in the registry other instances
+   * look at: Redis may have lost both); throws JournalFencedError when it was taken over.
+   */
   async renew(): Promise<void> {
     if ((await this.#scripts.burnrateJournalLease(this.#shipKey, this.#o.caller, this.#o.leaseMs, 'renew')) === 'FENCED') {
       throw new JournalFencedError(this.#o.instance)
     }
+    await this.#o.redis.sadd(this.#instancesKey, this.#o.instance)
+  }
+
+  /**
+   * This instance was taken for dead (a pause longer than the lease) and its journal taken
+   * over: go on under a new id, with new streams. `fenced` is the id that was refused;
+   * callers that meet the same fence at once share one rejoin, and a caller that meets it
+   * after the rejoin finds the id changed already.
+   */
+  async rejoin(fenced: string): Promise<void> {
+    if (this.#o.caller !== this.#o.instance) throw new Error('only an instance\'s own journal rejoins')
+    if (fenced !== this.#o.instance) return this.#rejoining ?? undefined
+    this.#rejoining ??= (async () => {
+      const instance = randomUUID()
+      this.#o.instance = instance
+      this.#o.caller = instance
+      this.#backlog = { rows: 0, bytes: 0, oldestAt: null }
+      await this.register()
+    })().finally(() => (this.#rejoining = null))
+    return this.#rejoining
   }
 
   /**
@@ -104,8 +142,13 @@ export class RedisJournal implements JournalSource {
     return `${this.#o.prefix}${partitionTag(partition)}:fenced`
   }
 
+  /** As of the shipper's last look (every batch): the streams are appended to by scripts. */
   backlog(): JournalBacklog {
     return this.#backlog
+  }
+
+  get backlogFull(): boolean {
+    return this.#backlog.rows >= this.#o.maxRows
   }
 
   /** Appends rows (each to its user's partition); resolves once Redis has them. */
@@ -132,6 +175,7 @@ export class RedisJournal implements JournalSource {
     if (ship.intent) {
       const { token, ranges } = JSON.parse(ship.intent) as Intent
       const entries = (await Promise.all(Object.entries(ranges).map(([p, [from, to]]) => this.#range(Number(p), from, to)))).flat()
+      await this.#refreshBacklog(entries.reduce<number | null>((min, e) => Math.min(min ?? Infinity, e.at), null))
       return { token, entries }
     }
     const ranges: Ranges = {}

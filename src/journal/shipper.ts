@@ -22,6 +22,18 @@ export interface ShipperOptions {
   onFailed?: (err: unknown) => void
 }
 
+/**
+ * Stores one batch, one INSERT per table, each with the batch's token and the table's name
+ * (ClickHouse deduplicates per table), then commits it in the journal.
+ */
+export async function shipBatch(clickhouse: ClickHouseClient, source: JournalSource, batch: JournalBatch): Promise<void> {
+  for (const table of JOURNAL_TABLES) {
+    const lines = batch.entries.filter((e) => e.table === table).flatMap((e) => [e.json, NEWLINE])
+    await insertJsonLines(clickhouse, table, Buffer.concat(lines), `${batch.token}:${table}`)
+  }
+  await source.commit(batch)
+}
+
 const MAX_BACKOFF_MS = 30_000
 const NEWLINE = Buffer.from('\n')
 
@@ -37,7 +49,9 @@ export class Shipper {
   #loop: Promise<void> | null = null
   #stopping = false
   #wake: (() => void) | null = null
-  #shipped: Array<() => void> = []
+  /** Passes started so far; a flush waits for one that starts after it. */
+  #passes = 0
+  #waiters: Array<{ after: number; resolve: () => void }> = []
   #failures = 0
   #outageStart = 0
 
@@ -56,17 +70,19 @@ export class Shipper {
 
   /**
    * Ships until the journal is empty, or `timeoutMs` passed; resolves whether it is
-   * empty (graceful shutdown; tests that read ClickHouse right after writing).
+   * empty (graceful shutdown; tests that read ClickHouse right after writing). At least one
+   * pass that starts after the call runs: what was appended before it is looked at.
    */
   async flush(timeoutMs = 10_000): Promise<boolean> {
     const deadline = performance.now() + timeoutMs
-    while (this.#o.source.backlog().rows > 0) {
+    do {
       if (!this.#loop || performance.now() > deadline) return false
-      const pass = new Promise<void>((resolve) => this.#shipped.push(resolve))
+      const after = this.#passes + 1
+      const pass = new Promise<void>((resolve) => this.#waiters.push({ after, resolve }))
       // While ClickHouse fails, the backoff stands: a flush must not turn it into a busy loop.
       if (this.#failures === 0) this.kick()
       await Promise.race([pass, new Promise((r) => setTimeout(r, Math.max(0, deadline - performance.now())).unref())])
-    }
+    } while (this.#failures > 0 || this.#o.source.backlog().rows > 0)
     return true
   }
 
@@ -80,8 +96,9 @@ export class Shipper {
 
   async #run(): Promise<void> {
     while (!this.#stopping) {
+      const pass = ++this.#passes
       const pause = await this.#pass()
-      for (const done of this.#shipped.splice(0)) done()
+      this.#waiters = this.#waiters.filter((w) => (w.after <= pass ? (w.resolve(), false) : true))
       await this.#sleep(pause)
     }
   }
@@ -102,11 +119,7 @@ export class Shipper {
 
   async #ship(batch: JournalBatch): Promise<void> {
     const started = performance.now()
-    for (const table of JOURNAL_TABLES) {
-      const lines = batch.entries.filter((e) => e.table === table).flatMap((e) => [e.json, NEWLINE])
-      await insertJsonLines(this.#o.clickhouse, table, Buffer.concat(lines), `${batch.token}:${table}`)
-    }
-    await this.#o.source.commit(batch)
+    await shipBatch(this.#o.clickhouse, this.#o.source, batch)
     const now = Date.now()
     this.#o.onShipped?.({ rows: batch.entries.length, durationMs: performance.now() - started, waitedMs: batch.entries.map((e) => now - e.at) })
   }

@@ -1,12 +1,12 @@
 import type { FastifyPluginAsync } from 'fastify'
-import type { Ingest } from '../ingest/types.ts'
+import type { IngestService } from '../ingest/service.ts'
 import { nanoToUsd } from '../money.ts'
 import { eventBody } from '../schemas/event.ts'
 import { parse, principal } from './parse.ts'
 import type { RouteLimits } from './limits.ts'
 
 export const eventsRoutes =
-  (ingest: Ingest, limits: RouteLimits): FastifyPluginAsync =>
+  (ingest: IngestService, limits: RouteLimits): FastifyPluginAsync =>
   async (app) => {
     app.post('/events', { config: { rateLimit: limits.events } }, async (request) => {
       const event = parse(eventBody, request.body, 'invalid_body')

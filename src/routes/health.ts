@@ -11,7 +11,7 @@ import type { JournalBacklog } from '../journal/types.ts'
  * journal makes the instance unready.
  */
 export const healthRoutes =
-  (clickhouse: ClickHouseClient, hotState: HotState, journal: { backlog(): JournalBacklog; readonly backlogFull: boolean } | null): FastifyPluginAsync =>
+  (clickhouse: ClickHouseClient, hotState: HotState, journal: { backlog(): JournalBacklog; readonly backlogFull: boolean }): FastifyPluginAsync =>
   async (app) => {
     app.get('/healthz', async () => ({ ok: true }))
 
@@ -19,11 +19,9 @@ export const healthRoutes =
       const [ch, hot] = await Promise.allSettled([clickhouse.ping(), hotState.ping()])
       const clickhouseUp = ch.status === 'fulfilled' && ch.value.success
       const hotUp = hot.status === 'fulfilled'
-      // Without a journal (REDIS_URL, until issue 8 journals it) an event needs ClickHouse.
-      const down = [hotUp ? null : 'hot state', clickhouseUp || journal ? null : 'clickhouse'].filter(Boolean)
-      if (down.length > 0) throw new Problem('store_unavailable', `${down.join(' and ')} not answering`, { retryAfter: 1 })
-      const body = { ok: true, clickhouse: clickhouseUp ? 'up' : 'down', hot_state: 'up', ...(journal ? { journal: journalState(journal.backlog()) } : {}) }
-      if (journal?.backlogFull) {
+      if (!hotUp) throw new Problem('store_unavailable', 'hot state not answering', { retryAfter: 1 })
+      const body = { ok: true, clickhouse: clickhouseUp ? 'up' : 'down', hot_state: 'up', journal: journalState(journal.backlog()) }
+      if (journal.backlogFull) {
         reply.header('retry-after', '5')
         return reply.status(503).send({ ...body, ok: false })
       }

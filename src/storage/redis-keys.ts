@@ -22,3 +22,8 @@ export function partitionTag(partition: number): string {
 export function agentKeyId(userId: string, agentId: string): string {
   return createHash('sha256').update(`${userId}\0${agentId}`).digest('hex').slice(0, 32)
 }
+
+/** A user's name in key names: 32 hex characters of SHA-256 of the user id. */
+export function userKeyId(userId: string): string {
+  return createHash('sha256').update(userId).digest('hex').slice(0, 32)
+}

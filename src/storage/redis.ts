@@ -31,5 +31,30 @@ export function watch(redis: Redis, log: { warn(obj: object, msg: string): void 
   })
 }
 
+/**
+ * With REDIS_URL, Redis holds the journal: an acknowledged event is as durable as Redis
+ * makes it (issue 8). Warns when Redis would lose acknowledged events on a restart (no AOF)
+ * or up to a second of them on a power loss (appendfsync no); a managed Redis that refuses
+ * CONFIG GET gets a warning that names what to check.
+ */
+export async function checkPersistence(redis: Redis, log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void }): Promise<void> {
+  let settings: Record<string, string>
+  try {
+    const flat = (await redis.call('CONFIG', 'GET', 'append*')) as string[]
+    settings = Object.fromEntries(flat.flatMap((v, i) => (i % 2 === 0 ? [[v, flat[i + 1]!]] : [])))
+  } catch (err) {
+    log.warn({ err }, 'could not read Redis persistence settings (CONFIG GET refused): acknowledged events survive a Redis restart only with appendonly yes; check it with your provider')
+    return
+  }
+  const { appendonly, appendfsync } = settings
+  if (appendonly !== 'yes') {
+    log.warn({ appendonly, appendfsync }, 'Redis runs without its append-only file: events acknowledged and not yet shipped to ClickHouse are lost if Redis restarts. Set appendonly yes (appendfsync everysec)')
+  } else if (appendfsync === 'no') {
+    log.warn({ appendonly, appendfsync }, 'Redis leaves fsync to the OS (appendfsync no): a power loss may take acknowledged events; everysec bounds it to a second, always to none')
+  } else {
+    log.info({ appendonly, appendfsync }, 'Redis persistence')
+  }
+}
+
 /** Where instances tell each other that an API key was revoked. */
 export const KEY_REVOKED_CHANNEL = 'burnrate:keys:revoked'

@@ -15,7 +15,9 @@ const READY_MS = 10_000
  * everysec) in a directory of its own: tests never share Redis state, and a test that
  * restarts it on the same `dir` finds what it held.
  */
-export async function startRedis(opts: { port?: number; dir?: string } = {}): Promise<{ url: string; port: number; dir: string; redis: Redis; stop(): Promise<void> }> {
+export async function startRedis(
+  opts: { port?: number; dir?: string } = {},
+): Promise<{ url: string; port: number; dir: string; redis: Redis; stop(): Promise<void>; kill(): Promise<void> }> {
   const port = opts.port ?? (await freePort())
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'burnrate-redis-'))
   const child = spawn(
@@ -63,9 +65,17 @@ export async function startRedis(opts: { port?: number; dir?: string } = {}): Pr
     dir,
     redis,
     async stop() {
-      await redis.quit()
+      await redis.quit().catch(() => {})
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGTERM')
+        await exited
+      }
+    },
+    /** kill -9: Redis gets no chance to write anything more; a restart on `dir` replays its AOF. */
+    async kill() {
+      redis.disconnect()
+      if (child.exitCode === null && child.signalCode === null) {
+        child.kill('SIGKILL')
         await exited
       }
     },

@@ -1,7 +1,14 @@
+import { mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { MemoryHotState } from '../../src/hot-state/memory.ts'
 import { RedisHotState } from '../../src/hot-state/redis.ts'
-import { DEFAULT_POLICY, type AgentLoad, type AgentPolicy, type HotState, type RecordInput } from '../../src/hot-state/types.ts'
+import { DEFAULT_POLICY, type AgentLoad, type AgentPolicy, type HotState, type RecordEvent, type RecordInput } from '../../src/hot-state/types.ts'
+import { RedisJournal } from '../../src/journal/redis-streams.ts'
+import { SegmentLog } from '../../src/journal/segment-log.ts'
+import { JournalFullError, type JournalSource, type JournalTable } from '../../src/journal/types.ts'
+import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
 import { MINUTE_MS } from '../../src/window.ts'
 import { startRedis } from '../helpers/redis.ts'
 
@@ -13,142 +20,264 @@ afterAll(async () => {
 })
 const emptyLoad = async (): Promise<AgentLoad> => ({ minutes: [], seen: [], policy: null, pause: null })
 
+interface Subject {
+  hs: HotState
+  /** The rows journaled since the last call, as the shipper would send them. */
+  journaled(): Promise<Array<{ table: JournalTable; row: Record<string, unknown> }>>
+}
+
 /**
- * The behaviour every hot-state implementation must have: the in-process one and the Redis
- * one run the same cases, so the two cannot drift.
+ * The behaviour every hot-state implementation must have, its journal included: the
+ * in-process one with the segment log and the Redis one with its streams run the same
+ * cases, so the two cannot drift (issue 8).
  */
-const implementations: Array<[string, () => Promise<HotState>]> = [
-  ['memory', async () => new MemoryHotState()],
+const implementations: Array<[string, (o?: { maxRows?: number }) => Promise<Subject>]> = [
   [
-    'redis',
-    async () => {
+    'memory + segment log',
+    async (o = {}) => {
+      const log = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-hs-')), fsync: false, maxRows: o.maxRows ?? 1_000_000 })
+      return { hs: new MemoryHotState(log), journaled: () => drain(log) }
+    },
+  ],
+  [
+    'redis + streams',
+    async (o = {}) => {
       server ??= startRedis()
-      return new RedisHotState({ redis: (await server).redis, prefix: `t${++prefixes}:`, loader: emptyLoad })
+      const { redis } = await server
+      const prefix = `t${++prefixes}:`
+      const journal = new RedisJournal({ redis, instance: 'i', partitions: 1, maxRows: o.maxRows ?? 1_000_000, prefix })
+      await journal.register()
+      const hs = new RedisHotState({ redis, prefix, journal, loader: emptyLoad, userAgents: async () => [] })
+      return { hs, journaled: () => drain(journal) }
     },
   ],
 ]
+
+async function drain(journal: JournalSource) {
+  const batch = await journal.next(1_000_000)
+  if (!batch) return []
+  await journal.commit(batch)
+  return batch.entries.map((e) => ({ table: e.table, row: JSON.parse(e.json.toString('utf8')) as Record<string, unknown> }))
+}
 
 const T0 = Date.UTC(2026, 0, 1, 0, 0, 30)
 const USD = 1_000_000_000
 let n = 0
 const ref = { userId: 'u', agentId: 'a' }
-const ev = (costNano: number, at = T0, extra: Partial<RecordInput> = {}): RecordInput => ({ ...ref, eventId: `e${++n}`, costNano, llmCall: true, at, ...extra })
+const ev = (costNano: number, at = T0, extra: Partial<RecordInput> = {}): RecordEvent => {
+  const e = { ...ref, eventId: `e${++n}`, costNano, llmCall: true, at, ...extra }
+  return { ...e, row: rowOf(e) }
+}
 const policy = (usd: number, o: Partial<AgentPolicy> = {}): AgentPolicy => ({ ...DEFAULT_POLICY, thresholdNano: usd * USD, ...o })
+
+function rowOf(e: RecordInput): RecordEvent['row'] {
+  return {
+    user_id: e.userId,
+    agent_id: e.agentId,
+    timestamp: toChDateTime64us(e.at * 1000),
+    event_id: e.eventId,
+    event_type: e.llmCall ? 'llm_call' : 'tool_call',
+    model: '',
+    input_tokens: 0,
+    output_tokens: 0,
+    cache_read_tokens: 0,
+    cache_write_tokens: 0,
+    tool_name: null,
+    metadata: '',
+    cost_nano: e.costNano,
+    price_fallback: false,
+  }
+}
+
+/** Records one after the other, as requests would. */
+async function recordAll(hs: HotState, events: RecordEvent[], now = T0) {
+  const results = []
+  for (const e of events) results.push(await hs.record(e, now))
+  return results
+}
 
 describe.each(implementations)('hot state: %s', (_name, make) => {
   it('sums costs and llm calls exactly in nano-USD', async () => {
-    const hs = await make()
-    const results = await hs.record([ev(1), ev(2), ev(3, T0, { llmCall: false })], T0)
+    const { hs } = await make()
+    const results = await recordAll(hs, [ev(1), ev(2), ev(3, T0, { llmCall: false })])
     expect(results.map((r) => r.totalNano)).toEqual([1, 3, 6])
     const { snapshot } = await hs.get(ref, T0)
-    expect(snapshot).toMatchObject({ totalNano: 6, llmCalls: 2, configured: false, pause: { paused: false } })
+    expect(snapshot).toMatchObject({ active: true, totalNano: 6, llmCalls: 2, configured: false, pause: { paused: false } })
   })
 
-  it('counts an event id once per user and remembers its cost', async () => {
-    const hs = await make()
+  it('journals each counted event with its step, exactly as given, and a repeat not at all', async () => {
+    const { hs, journaled } = await make()
     const e = ev(5)
-    await hs.record([e], T0)
-    const again = await hs.record([{ ...e, costNano: 999 }], T0)
-    expect(again[0]).toMatchObject({ counted: false, totalNano: 5 })
-    expect(await hs.reserve([e, { ...e, userId: 'other-user' }, { ...e, agentId: 'other-agent' }], 'probe', T0)).toEqual([
-      { state: 'done', costNano: 5 },
-      { state: 'reserved' },
-      { state: 'reserved' },
-    ])
+    await hs.record(e, T0)
+    const again = await hs.record({ ...e, costNano: 999, row: { ...e.row, cost_nano: 999 } }, T0)
+    expect(again).toMatchObject({ counted: false, costNano: 5, totalNano: 5, transitions: [] })
+    expect(await journaled()).toEqual([{ table: 'events', row: e.row }])
   })
 
-  it('reserves an unseen event id, and answers a counted one as done with its cost', async () => {
-    const hs = await make()
+  it('counts an event id once per user and agent, and remembers its first cost', async () => {
+    const { hs } = await make()
     const e = ev(5)
-    expect(await hs.reserve([e], 'instance-1', T0)).toEqual([{ state: 'reserved' }])
-    await hs.record([e], T0)
-    expect(await hs.reserve([e, { ...e, agentId: 'other-agent' }], 'instance-1', T0)).toEqual([{ state: 'done', costNano: 5 }, { state: 'reserved' }])
+    await hs.record(e, T0)
+    expect(await hs.record(e, T0)).toMatchObject({ counted: false, costNano: 5 })
+    expect(await hs.record({ ...e, userId: 'other-user' }, T0)).toMatchObject({ counted: true, totalNano: 5 })
+    expect(await hs.record({ ...e, agentId: 'other-agent' }, T0)).toMatchObject({ counted: true, totalNano: 5 })
   })
 
   it('keeps isolated totals per user and agent', async () => {
-    const hs = await make()
-    await hs.record([ev(1), ev(10, T0, { userId: 'v' }), ev(100, T0, { agentId: 'b' })], T0)
+    const { hs } = await make()
+    await recordAll(hs, [ev(1), ev(10, T0, { userId: 'v' }), ev(100, T0, { agentId: 'b' })])
     expect((await hs.get(ref, T0)).snapshot.totalNano).toBe(1)
     expect((await hs.get({ userId: 'v', agentId: 'a' }, T0)).snapshot.totalNano).toBe(10)
     expect((await hs.get({ userId: 'u', agentId: 'b' }, T0)).snapshot.totalNano).toBe(100)
   })
 
   it('expires a minute bucket 24 h later, to the minute, and forgets its event ids', async () => {
-    const hs = await make()
+    const { hs } = await make()
     const e = ev(7)
-    await hs.record([e, ev(1, T0 + 10 * MINUTE_MS)], T0 + 10 * MINUTE_MS)
+    await recordAll(hs, [e, ev(1, T0 + 10 * MINUTE_MS)], T0 + 10 * MINUTE_MS)
     const lastMinute = T0 + 1439 * MINUTE_MS
     expect((await hs.get(ref, lastMinute)).snapshot.totalNano).toBe(8)
     expect((await hs.get(ref, lastMinute + MINUTE_MS)).snapshot.totalNano).toBe(1)
-    expect(await hs.reserve([e], 'probe', lastMinute + MINUTE_MS)).toEqual([{ state: 'reserved' }])
-    expect((await hs.get(ref, lastMinute + 11 * MINUTE_MS)).snapshot).toMatchObject({ totalNano: 0, llmCalls: 0 })
+    // Its minute has left the window: the id is new again.
+    expect(await hs.record({ ...e, at: lastMinute + MINUTE_MS }, lastMinute + MINUTE_MS)).toMatchObject({ counted: true, totalNano: 8 })
+    expect((await hs.get(ref, lastMinute + 1450 * MINUTE_MS)).snapshot).toMatchObject({ active: false, totalNano: 0, llmCalls: 0 })
   })
 
-  it('pauses on the event that goes strictly above the threshold, once', async () => {
-    const hs = await make()
+  it('lists the agents of a user with events in the window, and only those', async () => {
+    const { hs } = await make()
+    await recordAll(hs, [ev(1, T0, { agentId: 'x' }), ev(1, T0 + 60 * MINUTE_MS, { agentId: 'y' }), ev(1, T0, { userId: 'v', agentId: 'z' })], T0 + 60 * MINUTE_MS)
+    await hs.setPolicy({ userId: 'u', agentId: 'configured-only' }, policy(1), T0)
+    expect((await hs.activeAgents('u', T0 + 60 * MINUTE_MS)).sort()).toEqual(['x', 'y'])
+    expect(await hs.activeAgents('v', T0 + 60 * MINUTE_MS)).toEqual(['z'])
+    const later = T0 + 1440 * MINUTE_MS
+    const listed = await hs.activeAgents('u', later)
+    // x's only minute has left the window; an index may still name it, its snapshot says it is gone.
+    const { snapshots } = await hs.getMany('u', listed, later)
+    expect(listed.filter((_, i) => snapshots[i]!.active)).toEqual(['y'])
+  })
+
+  it('pauses on the event that goes strictly above the threshold, once, and journals the transition with the event', async () => {
+    const { hs, journaled } = await make()
     await hs.setPolicy(ref, policy(1), T0)
-    const r = await hs.record([ev(USD / 2), ev(USD / 2), ev(1), ev(1)], T0)
+    await journaled()
+    const r = await recordAll(hs, [ev(USD / 2), ev(USD / 2), ev(1), ev(1)])
     expect(r.map((x) => x.paused)).toEqual([false, false, true, true])
     expect(r.map((x) => x.transitions.map((t) => t.reason))).toEqual([[], [], ['budget'], []])
     expect(r[2]!.transitions[0]).toMatchObject({ paused: true, totalNano: USD + 1, thresholdNano: USD })
+    const rows = await journaled()
+    expect(rows.map((x) => x.table)).toEqual(['events', 'events', 'events', 'pause_transitions', 'events'])
+    expect(rows[3]!.row).toMatchObject({ user_id: 'u', agent_id: 'a', is_paused: true, reason: 'budget', override: false, total_nano: USD + 1, version: r[2]!.transitions[0]!.version })
   })
 
   it('a manual resume over budget overrides until the total falls back, then a crossing pauses again', async () => {
-    const hs = await make()
+    const { hs } = await make()
     await hs.setPolicy(ref, policy(1), T0)
-    await hs.record([ev(2 * USD)], T0)
+    await hs.record(ev(2 * USD), T0)
     expect(await hs.setPaused(ref, false, T0)).toMatchObject({ paused: false, override: true, reason: 'manual' })
-    expect((await hs.record([ev(USD)], T0))[0]!.paused).toBe(false)
+    expect((await hs.record(ev(USD), T0)).paused).toBe(false)
     const later = T0 + 24 * 60 * MINUTE_MS
-    const r = await hs.record([ev(2 * USD, later)], later)
-    expect(r[0]!.transitions.map((t) => t.reason)).toEqual(['override_cleared', 'budget'])
-    expect(r[0]!.paused).toBe(true)
+    const r = await hs.record(ev(2 * USD, later), later)
+    expect(r.transitions.map((t) => t.reason)).toEqual(['override_cleared', 'budget'])
+    expect(r.paused).toBe(true)
   })
 
-  it('a changed threshold ends an override; the same threshold does not', async () => {
-    const hs = await make()
+  it('a changed threshold ends an override; the same threshold does not; each config is journaled', async () => {
+    const { hs, journaled } = await make()
     await hs.setPolicy(ref, policy(1), T0)
-    await hs.record([ev(2 * USD)], T0)
+    await hs.record(ev(2 * USD), T0)
     await hs.setPaused(ref, false, T0)
+    await journaled()
     expect(await hs.setPolicy(ref, policy(1, { autoResume: true }), T0)).toBeNull()
     expect(await hs.setPolicy(ref, policy(1.5), T0)).toMatchObject({ reason: 'threshold_changed', override: false })
-    expect((await hs.record([ev(1)], T0))[0]!.paused).toBe(true)
+    expect((await hs.record(ev(1), T0)).paused).toBe(true)
+    const rows = await journaled()
+    expect(rows.map((r) => [r.table, r.row.threshold_nano ?? r.row.reason])).toEqual([
+      ['agent_configs', USD],
+      ['agent_configs', 1.5 * USD],
+      ['pause_transitions', 'threshold_changed'],
+      ['events', undefined],
+      ['pause_transitions', 'budget'],
+    ])
+    expect(rows[0]!.row).toMatchObject({ user_id: 'u', agent_id: 'a', auto_resume: true, slack_webhook_url: null })
   })
 
-  it('auto-resumes only with auto_resume, and never a manual pause', async () => {
-    const hs = await make()
+  it('auto-resumes only with auto_resume, and never a manual pause; the resume is journaled by the read that sees it', async () => {
+    const { hs, journaled } = await make()
     const other = { userId: 'u', agentId: 'm' }
     await hs.setPolicy(ref, policy(1, { autoResume: true }), T0)
     await hs.setPolicy(other, policy(1, { autoResume: true }), T0)
-    await hs.record([ev(2 * USD)], T0)
+    await hs.record(ev(2 * USD), T0)
     await hs.setPaused(other, true, T0)
+    await journaled()
     const later = T0 + 24 * 60 * MINUTE_MS
     const { snapshot, transition } = await hs.get(ref, later)
     expect(snapshot.pause.paused).toBe(false)
     expect(transition).toMatchObject({ reason: 'auto_resume', paused: false })
     expect((await hs.get(other, later)).snapshot.pause).toMatchObject({ paused: true, reason: 'manual' })
+    expect((await journaled()).map((r) => r.row.reason)).toEqual(['auto_resume'])
   })
 
   it('reads never start a pause', async () => {
-    const hs = await make()
-    await hs.record([ev(2 * USD)], T0) // under the default 10 USD
+    const { hs } = await make()
+    await hs.record(ev(2 * USD), T0) // under the default 10 USD
     await hs.setPolicy(ref, policy(1), T0)
     const { snapshot, transition } = await hs.get(ref, T0)
     expect(snapshot.pause.paused).toBe(false)
     expect(transition).toBeNull()
   })
 
-  it('manual pause of a budget-paused agent makes the pause manual', async () => {
-    const hs = await make()
+  it('manual pause of a budget-paused agent makes the pause manual; the same again changes nothing', async () => {
+    const { hs, journaled } = await make()
     await hs.setPolicy(ref, policy(1, { autoResume: true }), T0)
-    await hs.record([ev(2 * USD)], T0)
+    await hs.record(ev(2 * USD), T0)
+    await journaled()
     expect(await hs.setPaused(ref, true, T0)).toMatchObject({ paused: true, reason: 'manual' })
     expect(await hs.setPaused(ref, true, T0)).toBeNull()
+    expect((await journaled()).map((r) => r.row.reason)).toEqual(['manual'])
   })
 
-  it('restore replaces the state (never adds to it) and acts on a stored crossing', async () => {
-    const hs = await make()
-    await hs.record([ev(3)], T0)
+  it('versions an agent\'s transitions in the order they happened', async () => {
+    const { hs } = await make()
+    const versions = []
+    for (let i = 0; i < 5; i++) versions.push((await hs.setPaused(ref, i % 2 === 0, T0))!.version)
+    expect([...versions].sort((x, y) => x - y)).toEqual(versions)
+    expect(new Set(versions).size).toBe(5)
+  })
+
+  it('refuses at the journal bound before anything changes, and takes events again once it is shipped', async () => {
+    const { hs, journaled } = await make({ maxRows: 3 })
+    await recordAll(hs, [ev(1), ev(2), ev(3)])
+    const refused = ev(4)
+    await expect(hs.record(refused, T0)).rejects.toBeInstanceOf(JournalFullError)
+    await expect(hs.setPaused(ref, true, T0)).rejects.toBeInstanceOf(JournalFullError)
+    expect((await hs.get(ref, T0)).snapshot).toMatchObject({ totalNano: 6, pause: { paused: false } })
+    expect(await journaled()).toHaveLength(3)
+    // Nothing of the refused event stayed behind: its retry is a new event.
+    expect(await hs.record(refused, T0)).toMatchObject({ counted: true, totalNano: 10 })
+  })
+})
+
+describe('memory hot state', () => {
+  const open = () => SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-hs-')), fsync: false, maxRows: 1_000_000 })
+
+  it('forgets agents with nothing left to keep, a few per event, and keeps configured ones', async () => {
+    const hs = new MemoryHotState(await open())
+    await hs.setPolicy({ userId: 'u', agentId: 'kept' }, policy(1), T0)
+    await recordAll(
+      hs,
+      Array.from({ length: 100 }, (_, i) => ev(1, T0, { agentId: `idle${i}` })),
+    )
+    const later = T0 + 24 * 60 * MINUTE_MS
+    // Each event visits a bounded number of agents; enough events visit them all.
+    await recordAll(hs, Array.from({ length: 60 }, () => ev(1, later, { agentId: 'live' })), later)
+    expect(hs.size).toBe(2) // 'kept' (configured) and 'live'
+  })
+
+  it('restore replaces the state (never adds to it), and acts on a stored crossing and journals it', async () => {
+    const log = await open()
+    const hs = new MemoryHotState(log)
+    await hs.record(ev(3), T0)
+    await drain(log)
     const transitions = await hs.restore(
       {
         minutes: [{ ...ref, minute: Math.floor(T0 / MINUTE_MS), costNano: 2 * USD, llmCalls: 2 }],
@@ -160,14 +289,13 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     )
     expect((await hs.get(ref, T0)).snapshot).toMatchObject({ totalNano: 2 * USD, llmCalls: 2, configured: true, pause: { paused: true, reason: 'budget' } })
     expect(transitions).toEqual([expect.objectContaining({ reason: 'budget', paused: true })])
-    expect(await hs.reserve([{ ...ref, eventId: 'restored' }, { ...ref, eventId: 'e1' }], 'probe', T0)).toEqual([
-      { state: 'done', costNano: USD },
-      { state: 'reserved' },
-    ])
+    expect((await drain(log)).map((r) => r.row.reason)).toEqual(['budget'])
+    const restored = { ...ev(0), eventId: 'restored' }
+    expect(await hs.record(restored, T0)).toMatchObject({ counted: false, costNano: USD })
   })
 
   it('restore keeps an override from the last transition', async () => {
-    const hs = await make()
+    const hs = new MemoryHotState(await open())
     const transitions = await hs.restore(
       {
         minutes: [{ ...ref, minute: Math.floor(T0 / MINUTE_MS), costNano: 2 * USD, llmCalls: 1 }],
@@ -179,20 +307,5 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     )
     expect(transitions).toEqual([])
     expect((await hs.get(ref, T0)).snapshot.pause).toEqual({ paused: false, reason: null, override: true })
-  })
-})
-
-describe('memory hot state', () => {
-  it('forgets agents with nothing left to keep, a few per event, and keeps configured ones', async () => {
-    const hs = new MemoryHotState()
-    await hs.setPolicy({ userId: 'u', agentId: 'kept' }, policy(1), T0)
-    await hs.record(
-      Array.from({ length: 100 }, (_, i) => ev(1, T0, { agentId: `idle${i}` })),
-      T0,
-    )
-    const later = T0 + 24 * 60 * MINUTE_MS
-    // Each batch visits a bounded number of agents; enough batches visit them all.
-    for (let i = 0; i < 60; i++) await hs.record([ev(1, later, { agentId: 'live' })], later)
-    expect(hs.size).toBe(2) // 'kept' (configured) and 'live'
   })
 })

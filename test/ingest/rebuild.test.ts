@@ -49,7 +49,7 @@ describe('rebuilding the in-process hot state', () => {
       ],
       NOW,
     )
-    const hs = new MemoryHotState()
+    const hs = new MemoryHotState(journal)
     await rebuildHotState(clickhouse, hs, NOW, journal.unshipped())
     const a = (await hs.get({ userId: 'u', agentId: 'a' }, NOW)).snapshot
     expect(a).toMatchObject({ totalNano: 12, llmCalls: 2, policy: { thresholdNano: 3e9 }, pause: { paused: true, reason: 'manual' } })

@@ -1,12 +1,15 @@
 -- get: the agent's window and state after expiry; only the relaxing rules apply (reads never
--- pause). KEYS[1] :a  KEYS[2] :w  KEYS[3] :m  (see lib.lua)
--- ARGV[1] now (ms)
--- Returns NEEDS_LOAD, or {{total, calls, paused, reason, override, threshold, auto_resume,
--- webhook, configured, active}, transition or nil}.
+-- pause), and what they change is journaled. KEYS[1..6], ARGV[1..7] (lib.lua)
+-- Returns NEEDS_LOAD, FENCED, or {{total, calls, paused, reason, override, threshold,
+-- auto_resume, webhook, configured, active}, transition or false}.
 if not loaded() then return NEEDS_LOAD end
+local closed = journal_closed(false)
+if closed then return closed end
 local st = read_state()
-expire(st, minute_of(tonumber(ARGV[1])))
+expire(st, minute_of(NOW))
 local relaxed = evaluate(st, false)
+local out = false
+if relaxed then out = transition(st, relaxed) end
 -- A read writes only what expiry and the relaxing rules changed, and does not refresh the
 -- TTL: an agent that is only read still expires and is loaded again on demand.
 if st.dirty or relaxed then save_state(st) end
@@ -14,5 +17,5 @@ return {
   { fmt(st.total), fmt(st.calls), st.paused and 1 or 0, st.reason, st.override and 1 or 0,
     st.threshold_s, st.auto_resume and 1 or 0, st.webhook or false, st.configured and 1 or 0,
     redis.call('LLEN', M) > 0 and 1 or 0 },
-  relaxed and transition(st, relaxed) or false,
+  out,
 }

@@ -1,16 +1,24 @@
 -- Shared helpers, prepended by redis.ts to every hot-state script (Redis 7 scripts cannot
--- share functions otherwise). Every script gets the same first three keys, all with one hash
--- tag (one Redis Cluster slot per agent):
+-- share functions otherwise). Every key of a script carries the hash tag of the user's
+-- partition {p<n>} (storage/redis-keys.ts): one Redis Cluster slot per script. The agent
+-- scripts (record, get, set_policy, set_paused) take the same first keys and arguments:
 -- KEYS[1] :a  hash of the agent's state: loaded, total, calls, paused, reason, override,
---             threshold, auto_resume, webhook (absent when none), configured
+--             threshold, auto_resume, webhook (absent when none), configured, version
 -- KEYS[2] :w  hash of minute buckets: c<minute> = cost (nano-USD), n<minute> = llm calls
 -- KEYS[3] :m  list of the bucket minutes, oldest first (RPUSH new, LPOP expired: amortised O(1))
+-- KEYS[4] {p}:j:<instance>  this instance's journal stream of the partition (issue 8)
+-- KEYS[5] {p}:fenced        instances whose journal another instance took over
+-- KEYS[6] {p}:u:<user>      the user's agents, scored by the minute of their last event
+-- ARGV[1] now (ms)  ARGV[2] agent TTL (ms)  ARGV[3] instance id  ARGV[4] rows the stream
+-- may hold unshipped  ARGV[5] '"user_id":…,"agent_id":…' (JSON members)  ARGV[6] now as
+-- ClickHouse DateTime text  ARGV[7] the agent id
 -- Money is integer nano-USD: exact in Lua doubles up to 2^53, written back with '%.0f'
 -- (never %d, which goes through a C int).
 local WINDOW = 1440 -- minutes (src/window.ts)
 local MINUTE_MS = 60000
 local NEEDS_LOAD = 'NEEDS_LOAD'
 local A, W, M = KEYS[1], KEYS[2], KEYS[3]
+local NOW, TTL = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 local function fmt(x)
   return string.format('%.0f', x)
@@ -110,33 +118,56 @@ local function manual(st, paused)
   return true
 end
 
--- {reason, paused, override, total, threshold, webhook}. A nil would end the reply array
--- there, so an absent webhook is false (a nil reply).
+-- The journal (issue 8). A script that may append checks first, before it changes
+-- anything: 'FENCED' when another instance took this one's journal over (it rejoins under
+-- a new id and calls again), 'FULL' at the bound (bounded writes only; reads append the
+-- rare relaxing transition past it). nil when it may go on.
+local function journal_closed(bounded)
+  if redis.call('SISMEMBER', KEYS[5], ARGV[3]) == 1 then return 'FENCED' end
+  if bounded and redis.call('XLEN', KEYS[4]) >= tonumber(ARGV[4]) then return 'FULL' end
+  return nil
+end
+
+-- One row for a table, as the JSON the shipper sends to ClickHouse (journal/redis-streams.ts).
+local function journal(table_name, json)
+  redis.call('XADD', KEYS[4], '*', 't', table_name, 'a', ARGV[1], 'j', json)
+end
+
+-- Journals a change of pause state as its pause_transitions row, and returns it for the
+-- caller: {reason, paused, override, total, threshold, webhook, version}. A nil would end
+-- the reply array there, so an absent webhook is false (a nil reply). Versions grow per
+-- agent whatever the callers' clocks do: newest wins at a rebuild.
 local function transition(st, reason)
-  return { reason, st.paused and 1 or 0, st.override and 1 or 0, fmt(st.total), st.threshold_s, st.webhook or false }
+  local version = math.max(NOW * 1000, tonumber(redis.call('HGET', A, 'version') or '0') + 1)
+  redis.call('HSET', A, 'version', fmt(version))
+  local paused, override = st.paused and 'true' or 'false', st.override and 'true' or 'false'
+  journal('pause_transitions', '{' .. ARGV[5] .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
+    ',"is_paused":' .. paused .. ',"reason":"' .. reason .. '","override":' .. override ..
+    ',"total_nano":' .. fmt(st.total) .. '}')
+  return { reason, st.paused and 1 or 0, st.override and 1 or 0, fmt(st.total), st.threshold_s, st.webhook or false, fmt(version) }
 end
 
 -- The cost an event id was counted with, while its minute is in the window. The key's TTL
 -- only collects garbage: the window edge is decided here, by the caller's clock. The key
--- holds 'cost:minute' once counted, or 'r:<at>:<token>' while claimed (reserve.lua).
+-- holds 'cost:minute'.
 local function seen_cost(key, now_minute)
   local v = redis.call('GET', key)
-  if not v or string.sub(v, 1, 2) == 'r:' then return nil end
+  if not v then return nil end
   local sep = string.find(v, ':', 1, true)
   if not in_window(tonumber(string.sub(v, sep + 1)), now_minute) then return nil end
   return string.sub(v, 1, sep - 1)
 end
 
 -- An event key lives until its minute leaves the window (at most the agent TTL).
-local function remember(key, cost, minute, now, ttl)
-  local left = (tonumber(minute) + WINDOW) * MINUTE_MS - now
-  redis.call('SET', key, cost .. ':' .. minute, 'PX', math.max(1, math.min(left, ttl)))
+local function remember(key, cost, minute)
+  local left = (tonumber(minute) + WINDOW) * MINUTE_MS - NOW
+  redis.call('SET', key, cost .. ':' .. minute, 'PX', math.max(1, math.min(left, TTL)))
 end
 
 -- Every write refreshes the agent's TTL, so an idle agent expires on its own and is loaded
 -- again from ClickHouse on demand.
-local function touch(ttl)
-  redis.call('PEXPIRE', A, ttl)
-  redis.call('PEXPIRE', W, ttl)
-  redis.call('PEXPIRE', M, ttl)
+local function touch()
+  redis.call('PEXPIRE', A, TTL)
+  redis.call('PEXPIRE', W, TTL)
+  redis.call('PEXPIRE', M, TTL)
 end

@@ -1,29 +1,36 @@
--- record: count one stored event atomically (memory.ts record(), for one event).
--- KEYS[1] :a  KEYS[2] :w  KEYS[3] :m  (see lib.lua)  KEYS[4] :e:<event_id>
--- ARGV[1] now (ms)  ARGV[2] agent TTL (ms)  ARGV[3] cost (nano-USD integer)
--- ARGV[4] llm calls (0|1)  ARGV[5] the event's minute
--- Returns NEEDS_LOAD, or {counted (0|1), total, paused (0|1), transition...}.
+-- record: one event's atomic step (HotState.record, memory.ts record()): dedup its id, add its
+-- cost, evaluate the budget rules, flip the pause flag, and append its row and its
+-- transitions to this instance's journal stream, all or nothing.
+-- KEYS[1..6] (lib.lua)  KEYS[7] :e:<event_id>
+-- ARGV[1..7] (lib.lua)  ARGV[8] cost (nano-USD integer)  ARGV[9] llm calls (0|1)
+-- ARGV[10] the event's minute  ARGV[11] the event's row (JSON)
+-- Returns NEEDS_LOAD, FENCED, FULL, or {counted (0|1), total, paused (0|1), cost, transition...}
+-- where cost is the one the id was first counted at.
 if not loaded() then return NEEDS_LOAD end
-local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
-local now_minute = minute_of(now)
+local closed = journal_closed(true)
+if closed then return closed end
+local now_minute = minute_of(NOW)
 local st = read_state()
 expire(st, now_minute)
-local counted = 0
-local transitions = {}
 -- Seen: a retry, or an event that a load from ClickHouse already counted. Nothing changes.
-if not seen_cost(KEYS[4], now_minute) then
-  counted = 1
-  remember(KEYS[4], ARGV[3], ARGV[5], now, ttl)
-  -- What the expiry relaxed comes first (an override ends when the total fell back under
-  -- the threshold, even if this event takes it over again), then this event's crossing.
-  local relaxed = evaluate(st, false)
-  if relaxed then table.insert(transitions, transition(st, relaxed)) end
-  add(st, ARGV[5], ARGV[3], ARGV[4])
-  local crossed = evaluate(st, true)
-  if crossed then table.insert(transitions, transition(st, crossed)) end
+local seen = seen_cost(KEYS[7], now_minute)
+if seen then
+  if st.dirty then save_state(st) end
+  return { 0, fmt(st.total), st.paused and 1 or 0, seen }
 end
-if st.dirty then save_state(st) end
-touch(ttl)
-local out = { counted, fmt(st.total), st.paused and 1 or 0 }
-for _, t in ipairs(transitions) do table.insert(out, t) end
+remember(KEYS[7], ARGV[8], ARGV[10])
+journal('events', ARGV[11])
+local out = { 1, '', 0, ARGV[8] }
+-- What the expiry relaxed comes first (an override ends when the total fell back under
+-- the threshold, even if this event takes it over again), then this event's crossing.
+local relaxed = evaluate(st, false)
+if relaxed then table.insert(out, transition(st, relaxed)) end
+add(st, ARGV[10], ARGV[8], ARGV[9])
+local crossed = evaluate(st, true)
+if crossed then table.insert(out, transition(st, crossed)) end
+save_state(st)
+touch()
+redis.call('ZADD', KEYS[6], 'GT', ARGV[10], ARGV[7])
+redis.call('PEXPIRE', KEYS[6], TTL)
+out[2], out[3] = fmt(st.total), st.paused and 1 or 0
 return out

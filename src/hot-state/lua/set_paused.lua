@@ -1,11 +1,14 @@
 -- set_paused: POST /config/pause (memory.ts setPaused(), policy.ts manual()).
--- KEYS[1] :a  KEYS[2] :w  KEYS[3] :m  (see lib.lua)
--- ARGV[1] now (ms)  ARGV[2] agent TTL (ms)  ARGV[3] paused (0|1)
--- Returns NEEDS_LOAD, or {transition or nil} (nil when the state already was that).
+-- KEYS[1..6], ARGV[1..7] (lib.lua)  ARGV[8] paused (0|1)
+-- Returns NEEDS_LOAD, FENCED, FULL, or {transition or false} (false when the state already was that).
 if not loaded() then return NEEDS_LOAD end
+local closed = journal_closed(true)
+if closed then return closed end
 local st = read_state()
-expire(st, minute_of(tonumber(ARGV[1])))
-local changed = manual(st, ARGV[3] == '1')
+expire(st, minute_of(NOW))
+local changed = manual(st, ARGV[8] == '1')
+local out = false
+if changed then out = transition(st, 'manual') end
 if changed or st.dirty then save_state(st) end
-touch(tonumber(ARGV[2]))
-return { changed and transition(st, 'manual') or false }
+touch()
+return { out }

@@ -1,25 +1,28 @@
--- set_policy: POST /config (memory.ts setPolicy()): store the policy; a changed threshold
--- ends a manual override. KEYS[1] :a  KEYS[2] :w  KEYS[3] :m  (see lib.lua)
--- ARGV[1] now (ms)  ARGV[2] agent TTL (ms)  ARGV[3] threshold (nano-USD integer)
--- ARGV[4] auto_resume (0|1)  ARGV[5] webhook url ('' for none)
--- Returns NEEDS_LOAD, or {transition or nil}.
+-- set_policy: POST /config (memory.ts setPolicy()): store the policy and journal its
+-- agent_configs row; a changed threshold ends a manual override.
+-- KEYS[1..6], ARGV[1..7] (lib.lua)  ARGV[8] threshold (nano-USD integer)
+-- ARGV[9] auto_resume (0|1)  ARGV[10] webhook url ('' for none)  ARGV[11] the config row (JSON)
+-- Returns NEEDS_LOAD, FENCED, FULL, or {transition or false}.
 if not loaded() then return NEEDS_LOAD end
+local closed = journal_closed(true)
+if closed then return closed end
 local st = read_state()
-local changed = st.threshold ~= tonumber(ARGV[3])
-st.threshold, st.threshold_s, st.auto_resume = tonumber(ARGV[3]), ARGV[3], ARGV[4] == '1'
-redis.call('HSET', A, 'threshold', ARGV[3], 'auto_resume', ARGV[4], 'configured', '1')
-if ARGV[5] ~= '' then
-  st.webhook = ARGV[5]
-  redis.call('HSET', A, 'webhook', ARGV[5])
+local changed = st.threshold ~= tonumber(ARGV[8])
+st.threshold, st.threshold_s, st.auto_resume = tonumber(ARGV[8]), ARGV[8], ARGV[9] == '1'
+redis.call('HSET', A, 'threshold', ARGV[8], 'auto_resume', ARGV[9], 'configured', '1')
+if ARGV[10] ~= '' then
+  st.webhook = ARGV[10]
+  redis.call('HSET', A, 'webhook', ARGV[10])
 else
   st.webhook = false
   redis.call('HDEL', A, 'webhook')
 end
+journal('agent_configs', ARGV[11])
 local out = false
 if changed and st.override then
   st.override = false
   save_state(st)
   out = transition(st, 'threshold_changed')
 end
-touch(tonumber(ARGV[2]))
+touch()
 return { out }

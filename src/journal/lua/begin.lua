@@ -7,7 +7,15 @@
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if owner ~= ARGV[1] then return { 'FENCED' } end
 if redis.call('HEXISTS', KEYS[1], 'intent') == 1 then return { 'BUSY' } end
+-- The epoch names this life of the hash: a Redis that lost it (no AOF, a flush) starts the
+-- sequence again, and a token must never repeat one ClickHouse may still remember.
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then
+  local t = redis.call('TIME')
+  epoch = t[1] .. string.format('%06d', tonumber(t[2]))
+  redis.call('HSET', KEYS[1], 'epoch', epoch)
+end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-local token = KEYS[1] .. ':' .. seq
+local token = KEYS[1] .. ':' .. epoch .. ':' .. seq
 redis.call('HSET', KEYS[1], 'intent', cjson.encode({ token = token, ranges = cjson.decode(ARGV[2]) }))
 return { 'OK', token }

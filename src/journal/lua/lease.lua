@@ -4,12 +4,14 @@
 -- ARGV[1] the caller  ARGV[2] lease (ms)  ARGV[3] 'renew' (the owner keeps it) or 'take'
 -- (another instance takes it once its lease has run out)
 -- Returns 'HELD' (renewed or taken: the caller owns it until now + lease), 'FENCED' (renew:
--- the caller was taken for dead and no longer owns it) or 'ALIVE' (take: the owner's lease runs).
+-- the caller was taken for dead and another instance owns it) or 'ALIVE' (take: the owner's
+-- lease runs). A renew that finds no owner at all (Redis lost the key) takes it back: nobody
+-- else took it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local owner = redis.call('HGET', KEYS[1], 'owner')
 if ARGV[3] == 'renew' then
-  if owner ~= ARGV[1] then return 'FENCED' end
+  if owner and owner ~= ARGV[1] then return 'FENCED' end
 elseif owner ~= ARGV[1] and tonumber(redis.call('HGET', KEYS[1], 'until') or '0') > now then
   return 'ALIVE'
 end
