@@ -41,7 +41,7 @@ const CEILING_KEY = `br_000000000000_${'x'.repeat(43)}`
 /** burnrate settings that would point the bench at other stores or change what it measures. */
 const STRIPPED_ENV = ['CLICKHOUSE_URL', 'CLICKHOUSE_USER', 'CLICKHOUSE_PASSWORD', 'CLICKHOUSE_DATABASE', 'REDIS_URL', 'PRICES_FILE']
 /** burnrate settings passed through from the environment (printed when set). */
-const PASSED_ENV = ['BATCH_MAX_ROWS', 'BATCH_MAX_WAIT_MS', 'JOURNAL_FSYNC', 'JOURNAL_MAX_ROWS', 'SHIP_INTERVAL_MS', 'SHIP_MAX_ROWS', 'KEY_CACHE_TTL_MS', 'EVENTS_RATE_LIMIT', 'READS_RATE_LIMIT']
+const PASSED_ENV = ['JOURNAL_FSYNC', 'JOURNAL_MAX_ROWS', 'JOURNAL_LEASE_MS', 'SHIP_INTERVAL_MS', 'SHIP_MAX_ROWS', 'KEY_CACHE_TTL_MS', 'EVENTS_RATE_LIMIT', 'READS_RATE_LIMIT']
 
 const START_TIMEOUT_MS = 60_000
 const STOP_TIMEOUT_MS = 20_000

@@ -6,7 +6,7 @@ import { JournalFullError } from '../journal/types.ts'
 import { toChDateTime } from '../storage/clickhouse.ts'
 import { configRow } from '../storage/configs.ts'
 import { redisFailure } from '../storage/failures.ts'
-import { agentKeyId, partitionTag, userKeyId } from '../storage/redis-keys.ts'
+import { agentKeyId, eventFingerprint, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../window.ts'
 import {
   DEFAULT_POLICY,
@@ -67,15 +67,23 @@ export class RedisHotState implements HotState {
     this.#loader = opts.loader
     this.#userAgents = opts.userAgents
     for (const [name, { lua, keys }] of Object.entries(SCRIPTS)) {
-      // load.lua takes a variable number of keys (one per seen event): the caller passes the count.
-      opts.redis.defineCommand(name, { lua, ...(keys === null ? {} : { numberOfKeys: keys }) })
+      opts.redis.defineCommand(name, { lua, numberOfKeys: keys })
     }
     this.#scripts = opts.redis as unknown as Scripts
   }
 
   async record(e: RecordEvent, now: number): Promise<RecordResult> {
     const reply = (await this.#agentScript(e, now, (k, head) =>
-      this.#scripts.burnrateRecord(...k, k.e(e.eventId), ...head, String(e.costNano), e.llmCall ? 1 : 0, minuteOf(e.at), JSON.stringify(e.row)),
+      this.#scripts.burnrateRecord(
+        ...k,
+        k.ids,
+        ...head,
+        String(e.costNano),
+        e.llmCall ? 1 : 0,
+        minuteOf(e.at),
+        JSON.stringify(e.row),
+        eventFingerprint(e.userId, e.agentId, e.eventId),
+      ),
     )) as RecordReply
     const [counted, total, paused, cost, ...transitions] = reply
     return {
@@ -218,19 +226,19 @@ export class RedisHotState implements HotState {
       },
       pause: { paused: pause.paused ? '1' : '0', reason: pause.reason ?? '', override: pause.override ? '1' : '0' },
     }
-    const keys = [k[0], k[1], k[2], ...load.seen.map((s) => k.e(s.eventId))]
+    const fingerprints = load.seen.map((s) => eventFingerprint(ref.userId, ref.agentId, s.eventId))
     // An array, not spread: ioredis flattens it, and a busy agent's seen ids can be many.
-    await this.#scripts.burnrateLoad(keys.length, keys, now, AGENT_TTL_MS, JSON.stringify(payload))
+    await this.#scripts.burnrateLoad(k[0], k[1], k[2], k.ids, now, AGENT_TTL_MS, JSON.stringify(payload), fingerprints)
   }
 
-  /** KEYS[1..6] of an agent script (lib.lua), and its event-id keys. */
+  /** KEYS[1..6] of an agent script (lib.lua), and the partition's event-id tables. */
   #keys(ref: AgentRef): AgentKeys {
     // The user's partition tag: the agent's keys share a slot with every key of its user,
     // the journal streams its rows go to included (redis-keys.ts).
     const p = this.#journal.partitionOf(ref.userId)
     const base = `${this.#prefix}${partitionTag(p)}:hs:${agentKeyId(ref.userId, ref.agentId)}`
     const keys = [`${base}:a`, `${base}:w`, `${base}:m`, this.#journal.streamKey(p), this.#journal.fencedKey(p), this.#userKey(ref.userId)] as const
-    return Object.assign(keys, { e: (eventId: string) => `${base}:e:${eventId}` })
+    return Object.assign(keys, { ids: `${this.#prefix}${partitionTag(p)}:e` })
   }
 
   #userKey(userId: string): string {
@@ -238,7 +246,7 @@ export class RedisHotState implements HotState {
   }
 }
 
-type AgentKeys = readonly [string, string, string, string, string, string] & { e(eventId: string): string }
+type AgentKeys = readonly [string, string, string, string, string, string] & { ids: string }
 type ScriptHead = [number, number, string, number, string, string, string]
 
 /** Keys live 25 h after an agent's last write: longer than the window, so only idle agents expire. */
@@ -252,19 +260,19 @@ const FULL = 'FULL'
 // cannot import), so the rules exist once in Lua.
 const lua = (name: string): string => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8')
 const LIB = lua('lib')
-const script = (name: string, keys: number | null) => ({ lua: `${LIB}\n${lua(name)}`, keys })
+const script = (name: string, keys: number) => ({ lua: `${LIB}\n${lua(name)}`, keys })
 const standalone = (name: string, keys: number) => ({ lua: lua(name), keys })
 const SCRIPTS = {
   burnrateRecord: script('record', 7),
   burnrateGet: script('get', 6),
   burnrateSetPolicy: script('set_policy', 6),
   burnrateSetPaused: script('set_paused', 6),
-  burnrateLoad: script('load', null),
+  burnrateLoad: script('load', 4),
   burnrateAgents: standalone('agents', 1),
   burnrateAgentsLoad: standalone('agents_load', 1),
 }
 
-type Arg = string | number | string[]
+type Arg = string | number | Buffer | Buffer[]
 /** The commands defineCommand adds to the client (ioredis calls them by EVALSHA, EVAL on NOSCRIPT). */
 type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>>
 

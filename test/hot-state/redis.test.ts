@@ -228,8 +228,9 @@ describe('redis hot state: keys', () => {
     for (const r of [ref, odd]) {
       const tag = partitionTag(partitionOf(r.userId, DEFAULT_PARTITIONS))
       const own = keys.filter((k) => k.startsWith(`${p}${tag}:`))
-      // :a, :w, :m, two event keys, the user's index, the journal stream
-      expect(own.filter((k) => k.includes(`:hs:${agentKeyId(r.userId, r.agentId)}:`))).toHaveLength(5)
+      // :a, :w, :m of the agent; beside them the user's index, the journal stream, the event-id tables
+      expect(own.filter((k) => k.includes(`:hs:${agentKeyId(r.userId, r.agentId)}:`))).toHaveLength(3)
+      expect(own.filter((k) => k.startsWith(`${p}${tag}:e`)).length).toBeGreaterThanOrEqual(2)
       for (const key of own) expect(keySlot(key)).toBe(keySlot(`${tag}:journal`)) // the slot of every key of the user
     }
   })
@@ -240,12 +241,33 @@ describe('redis hot state: keys', () => {
     await hs.setPolicy(ref, DEFAULT_POLICY, T0)
     await hs.record(ev(1), T0)
     await hs.record(ev(2), T0)
-    const keys = [...(await keysOf(p)), ...(await server.redis.keys(`${p}{p*}:u:*`))]
-    expect(keys.length).toBe(6)
+    const keys = [...(await keysOf(p)), ...(await server.redis.keys(`${p}{p*}:u:*`)), ...(await server.redis.keys(`${p}{p*}:e*`))]
+    expect(keys.length).toBe(6) // :a :w :m, the user's index, the id tables' meta and one bucket
     for (const key of keys) {
       const ttl = await server.redis.pttl(key)
       expect(ttl, key).toBeGreaterThan(0)
       expect(ttl, key).toBeLessThanOrEqual(25 * 60 * MINUTE_MS)
     }
   })
+})
+
+describe('redis hot state: event ids', () => {
+  it('remembers 20,000 ids of 200 agents in at most 64 bytes each, in compact buckets, and finds every one', async () => {
+    const p = prefix()
+    const hs = hot({ prefix: p, loader: countingLoader() })
+    const events = Array.from({ length: 20_000 }, (_, i) => ev(1, { agentId: `a${i % 200}`, at: T0 + (i % 90) * MINUTE_MS }))
+    const now = T0 + 90 * MINUTE_MS
+    for (let i = 0; i < events.length; i += 500) await Promise.all(events.slice(i, i + 500).map((e) => hs.record(e, now)))
+    const keys = await server.redis.keys(`${p}{p*}:e*`)
+    let bytes = 0
+    for (const key of keys) {
+      bytes += (await server.redis.memory('USAGE', key, 'SAMPLES', 0)) ?? 0
+      if (key.split(':').length > 3) expect(await server.redis.object('ENCODING', key), key).toBe('listpack')
+    }
+    expect(bytes / events.length).toBeLessThanOrEqual(64)
+    // Every one of them is a repeat now, at its first cost, across the buckets' splits and the hours.
+    const again = await Promise.all(events.map((e) => hs.record({ ...e, costNano: 2 }, now)))
+    expect(again.filter((r) => r.counted)).toEqual([])
+    expect(new Set(again.map((r) => r.costNano))).toEqual(new Set([1]))
+  }, 60_000)
 })

@@ -147,21 +147,99 @@ local function transition(st, reason)
   return { reason, st.paused and 1 or 0, st.override and 1 or 0, fmt(st.total), st.threshold_s, st.webhook or false, fmt(version) }
 end
 
--- The cost an event id was counted with, while its minute is in the window. The key's TTL
--- only collects garbage: the window edge is decided here, by the caller's clock. The key
--- holds 'cost:minute'.
-local function seen_cost(key, now_minute)
-  local v = redis.call('GET', key)
-  if not v then return nil end
-  local sep = string.find(v, ':', 1, true)
-  if not in_window(tonumber(string.sub(v, sep + 1)), now_minute) then return nil end
-  return string.sub(v, 1, sep - 1)
+-- Event ids (issue 8: at most 64 bytes each). An id is kept as a 12-byte fingerprint of
+-- (user, agent, event id), computed by the caller, in its partition's table for the UTC hour
+-- of the minute it was counted in: {p}:e:<hour>:<i>, a linear hash of small hashes, each
+-- held by Redis in its compact listpack encoding (under 128 fields: a bucket splits when the
+-- table averages SPLIT_AT ids per bucket). {p}:e (ID_META) holds b<hour> (buckets) and
+-- n<hour> (ids) per table. A table's keys expire when its last minute has left the window,
+-- all at once; until then an entry whose own minute has left it is not found, so the window's
+-- edge is exact to the minute. Bucket keys are named from ID_META in the script: they carry
+-- its hash tag, so they are in the script's slot.
+local SPLIT_AT = 40
+
+local function h32(fp)
+  local a, b, c, d = string.byte(fp, 1, 4)
+  return ((a * 256 + b) * 256 + c) * 256 + d
 end
 
--- An event key lives until its minute leaves the window (at most the agent TTL).
-local function remember(key, cost, minute)
-  local left = (tonumber(minute) + WINDOW) * MINUTE_MS - NOW
-  redis.call('SET', key, cost .. ':' .. minute, 'PX', math.max(1, math.min(left, TTL)))
+-- Linear hashing: the bucket of hash h in a table of `buckets` buckets.
+local function bucket_of(h, buckets)
+  local size = 1
+  while size * 2 <= buckets do size = size * 2 end
+  local i = h % (size * 2)
+  if i >= buckets then i = h % size end
+  return i
+end
+
+local function id_bucket(meta, hour, i)
+  return meta .. ':' .. hour .. ':' .. i
+end
+
+-- The partition's tables still in the window: {[hour] = {b = buckets, n = ids}}; the meta of
+-- those that left it is dropped (their buckets expire on their own).
+local function id_tables(meta, now_minute)
+  local flat = redis.call('HGETALL', meta)
+  local t = {}
+  for i = 1, #flat, 2 do
+    local hour = tonumber(string.sub(flat[i], 2))
+    t[hour] = t[hour] or { b = 1, n = 0 }
+    t[hour][string.sub(flat[i], 1, 1)] = tonumber(flat[i + 1])
+  end
+  for hour in pairs(t) do
+    if not in_window(hour * 60 + 59, now_minute) then
+      redis.call('HDEL', meta, 'b' .. hour, 'n' .. hour)
+      t[hour] = nil
+    end
+  end
+  return t
+end
+
+-- The cost the id was counted with, while its minute is in the window; nil otherwise.
+local function seen_cost(meta, tables, fp, now_minute)
+  local h = h32(fp)
+  for hour, tb in pairs(tables) do
+    local v = redis.call('HGET', id_bucket(meta, hour, bucket_of(h, tb.b)), fp)
+    if v then
+      local sep = string.find(v, ':', 1, true)
+      if in_window(hour * 60 + tonumber(string.sub(v, sep + 1)), now_minute) then return string.sub(v, 1, sep - 1) end
+    end
+  end
+  return nil
+end
+
+-- Remembers an id (the caller looked it up first) as counted at `cost` in `minute`.
+local function remember(meta, tables, fp, cost, minute)
+  minute = tonumber(minute)
+  local hour = math.floor(minute / 60)
+  local tb = tables[hour]
+  if not tb then
+    tb = { b = 1, n = 0 }
+    tables[hour] = tb
+  end
+  -- Relative to the caller's clock, as the window is: the TTL only collects garbage.
+  local ttl = math.max(1, ((hour + 1) * 60 + WINDOW) * MINUTE_MS - NOW)
+  if tb.n + 1 > SPLIT_AT * tb.b then
+    -- The next bucket in order splits: its ids that now address the new bucket move there.
+    local size = 1
+    while size * 2 <= tb.b do size = size * 2 end
+    local from, to = id_bucket(meta, hour, tb.b - size), id_bucket(meta, hour, tb.b)
+    local flat = redis.call('HGETALL', from)
+    for i = 1, #flat, 2 do
+      if bucket_of(h32(flat[i]), tb.b + 1) == tb.b then
+        redis.call('HSET', to, flat[i], flat[i + 1])
+        redis.call('HDEL', from, flat[i])
+      end
+    end
+    redis.call('PEXPIRE', to, ttl)
+    tb.b = tb.b + 1
+  end
+  local key = id_bucket(meta, hour, bucket_of(h32(fp), tb.b))
+  if redis.call('HSETNX', key, fp, cost .. ':' .. (minute - hour * 60)) == 0 then return end
+  tb.n = tb.n + 1
+  redis.call('HSET', meta, 'b' .. hour, tb.b, 'n' .. hour, tb.n)
+  redis.call('PEXPIRE', key, ttl)
+  if redis.call('PTTL', meta) < ttl then redis.call('PEXPIRE', meta, ttl) end
 end
 
 -- Every write refreshes the agent's TTL, so an idle agent expires on its own and is loaded

@@ -1,8 +1,8 @@
 -- load: install an agent's state as ClickHouse has it, ONLY IF the agent is not loaded, so
 -- two instances loading at once, or a load racing a record, never count twice: a re-seed
 -- replaces a lost state exactly once and never adds on top of live counters.
--- KEYS[1] :a  KEYS[2] :w  KEYS[3] :m  (see lib.lua)  KEYS[4..] :e:<event_id> of seen[1..]
--- ARGV[1] now (ms)  ARGV[2] agent TTL (ms)
+-- KEYS[1] :a  KEYS[2] :w  KEYS[3] :m  (see lib.lua)  KEYS[4] {p}:e  the event-id tables
+-- ARGV[1] now (ms)  ARGV[2] agent TTL (ms)  ARGV[4..] the fingerprints of seen[1..]
 -- ARGV[3] JSON {minutes: [[minute, cost, calls]] oldest first, seen: [[cost, minute]],
 --   policy: {threshold, auto_resume (0|1), webhook|false, configured (0|1)},
 --   pause: {paused (0|1), reason ('' when running), override (0|1)}}, numbers as strings
@@ -17,9 +17,13 @@ local st = { total = 0, calls = 0 }
 for _, b in ipairs(data.minutes) do
   if in_window(tonumber(b[1]), now_minute) then add(st, b[1], b[2], b[3]) end
 end
-for i = 4, #KEYS do
+-- Ids the partition still remembers (the agent's keys expired before its ids) stay as they are.
+local ids = id_tables(KEYS[4], now_minute)
+for i = 4, #ARGV do
   local s = data.seen[i - 3]
-  if in_window(tonumber(s[2]), now_minute) then remember(KEYS[i], s[1], s[2]) end
+  if in_window(tonumber(s[2]), now_minute) and not seen_cost(KEYS[4], ids, ARGV[i], now_minute) then
+    remember(KEYS[4], ids, ARGV[i], s[1], s[2])
+  end
 end
 local p, q = data.policy, data.pause
 redis.call('HSET', A, 'total', fmt(st.total), 'calls', fmt(st.calls),

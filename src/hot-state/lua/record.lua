@@ -1,9 +1,9 @@
 -- record: one event's atomic step (HotState.record, memory.ts record()): dedup its id, add its
 -- cost, evaluate the budget rules, flip the pause flag, and append its row and its
 -- transitions to this instance's journal stream, all or nothing.
--- KEYS[1..6] (lib.lua)  KEYS[7] :e:<event_id>
+-- KEYS[1..6] (lib.lua)  KEYS[7] {p}:e  the partition's event-id tables (lib.lua)
 -- ARGV[1..7] (lib.lua)  ARGV[8] cost (nano-USD integer)  ARGV[9] llm calls (0|1)
--- ARGV[10] the event's minute  ARGV[11] the event's row (JSON)
+-- ARGV[10] the event's minute  ARGV[11] the event's row (JSON)  ARGV[12] its id's fingerprint
 -- Returns NEEDS_LOAD, FENCED, FULL, or {counted (0|1), total, paused (0|1), cost, transition...}
 -- where cost is the one the id was first counted at.
 if not loaded() then return NEEDS_LOAD end
@@ -13,12 +13,13 @@ local now_minute = minute_of(NOW)
 local st = read_state()
 expire(st, now_minute)
 -- Seen: a retry, or an event that a load from ClickHouse already counted. Nothing changes.
-local seen = seen_cost(KEYS[7], now_minute)
+local ids = id_tables(KEYS[7], now_minute)
+local seen = seen_cost(KEYS[7], ids, ARGV[12], now_minute)
 if seen then
   if st.dirty then save_state(st) end
   return { 0, fmt(st.total), st.paused and 1 or 0, seen }
 end
-remember(KEYS[7], ARGV[8], ARGV[10])
+remember(KEYS[7], ids, ARGV[12], ARGV[8], ARGV[10])
 journal('events', ARGV[11])
 local out = { 1, '', 0, ARGV[8] }
 -- What the expiry relaxed comes first (an override ends when the total fell back under
