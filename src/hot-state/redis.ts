@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
+import { LRUCache } from 'lru-cache'
 import { StoreUnavailableError } from '../errors.ts'
 import type { RedisJournal } from '../journal/redis-streams.ts'
 import { JournalFullError } from '../journal/types.ts'
@@ -184,10 +185,17 @@ export class RedisHotState implements HotState {
     }
   }
 
+  #lastTime = { ms: Number.NaN, text: '' }
+
+  /** `now` as ClickHouse text, for the rare transition row: formatted once per millisecond. */
+  #chTime(now: number): string {
+    if (this.#lastTime.ms !== now) this.#lastTime = { ms: now, text: toChDateTime(now) }
+    return this.#lastTime.text
+  }
+
   /** ARGV[1..7] of every agent script (lib.lua). */
   #head(ref: AgentRef, now: number): ScriptHead {
-    const members = JSON.stringify({ user_id: ref.userId, agent_id: ref.agentId }).slice(1, -1)
-    return [now, AGENT_TTL_MS, this.#journal.instance, this.#journal.streamRows, members, toChDateTime(now), ref.agentId]
+    return [now, AGENT_TTL_MS, this.#journal.instance, this.#journal.streamRows, this.#names(ref).members, this.#chTime(now), ref.agentId]
   }
 
   #ensureLoaded(ref: AgentRef, now: number): Promise<void> {
@@ -233,19 +241,55 @@ export class RedisHotState implements HotState {
 
   /** KEYS[1..6] of an agent script (lib.lua), and the partition's event-id tables. */
   #keys(ref: AgentRef): AgentKeys {
-    // The user's partition tag: the agent's keys share a slot with every key of its user,
-    // the journal streams its rows go to included (redis-keys.ts).
-    const p = this.#journal.partitionOf(ref.userId)
-    const base = `${this.#prefix}${partitionTag(p)}:hs:${agentKeyId(ref.userId, ref.agentId)}`
-    const keys = [`${base}:a`, `${base}:w`, `${base}:m`, this.#journal.streamKey(p), this.#journal.fencedKey(p), this.#userKey(ref.userId)] as const
-    return Object.assign(keys, { ids: `${this.#prefix}${partitionTag(p)}:e` })
+    const { partition, base } = this.#names(ref)
+    const user = this.#userNames(ref.userId)
+    const keys = [`${base}:a`, `${base}:w`, `${base}:m`, this.#journal.streamKey(partition), this.#journal.fencedKey(partition), user.index] as const
+    return Object.assign(keys, { ids: user.ids })
   }
 
   #userKey(userId: string): string {
-    return `${this.#prefix}${partitionTag(this.#journal.partitionOf(userId))}:u:${userKeyId(userId)}`
+    return this.#userNames(userId).index
+  }
+
+  // Key names cost SHA-256s (redis-keys.ts); an agent's and a user's are the same every
+  // event, so the recent ones are kept (two hashes a request were 4 % of the CPU, bench/).
+  readonly #agentNames = new LRUCache<string, AgentNames>({ max: 50_000 })
+  readonly #users = new LRUCache<string, { index: string; ids: string }>({ max: 10_000 })
+
+  #names(ref: AgentRef): AgentNames {
+    const id = agentId(ref)
+    let names = this.#agentNames.get(id)
+    if (!names) {
+      // The user's partition tag: the agent's keys share a slot with every key of its user,
+      // the journal streams its rows go to included (redis-keys.ts).
+      const partition = this.#journal.partitionOf(ref.userId)
+      names = {
+        partition,
+        base: `${this.#prefix}${partitionTag(partition)}:hs:${agentKeyId(ref.userId, ref.agentId)}`,
+        members: JSON.stringify({ user_id: ref.userId, agent_id: ref.agentId }).slice(1, -1),
+      }
+      this.#agentNames.set(id, names)
+    }
+    return names
+  }
+
+  #userNames(userId: string): { index: string; ids: string } {
+    let names = this.#users.get(userId)
+    if (!names) {
+      const tag = partitionTag(this.#journal.partitionOf(userId))
+      names = { index: `${this.#prefix}${tag}:u:${userKeyId(userId)}`, ids: `${this.#prefix}${tag}:e` }
+      this.#users.set(userId, names)
+    }
+    return names
   }
 }
 
+/** An agent's key base and partition, and its ids as JSON members of a journaled row (lib.lua). */
+interface AgentNames {
+  partition: number
+  base: string
+  members: string
+}
 type AgentKeys = readonly [string, string, string, string, string, string] & { ids: string }
 type ScriptHead = [number, number, string, number, string, string, string]
 
@@ -272,7 +316,7 @@ const SCRIPTS = {
   burnrateAgentsLoad: standalone('agents_load', 1),
 }
 
-type Arg = string | number | Buffer | Buffer[]
+type Arg = string | number | string[]
 /** The commands defineCommand adds to the client (ioredis calls them by EVALSHA, EVAL on NOSCRIPT). */
 type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>>
 

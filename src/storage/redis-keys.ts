@@ -30,9 +30,11 @@ export function userKeyId(userId: string): string {
 
 /**
  * An event id as the Redis hot state remembers it: 12 bytes of SHA-256 of (user, agent, event
- * id). Two ids of one partition share one by chance with probability about n²/2⁹⁷ (none in
- * practice), and no user can choose an id that collides with another user's.
+ * id), as 24 hex characters. Two ids of one partition share one by chance with probability
+ * about n²/2⁹⁷ (none in practice), and no user can choose an id that collides with another
+ * user's. Text, not bytes: one Buffer among a command's arguments turns ioredis's encoding
+ * of the whole command into Buffer concatenation, which cost a tenth of the CPU (bench/).
  */
-export function eventFingerprint(userId: string, agentId: string, eventId: string): Buffer {
-  return createHash('sha256').update(`${userId}\0${agentId}\0${eventId}`).digest().subarray(0, 12)
+export function eventFingerprint(userId: string, agentId: string, eventId: string): string {
+  return createHash('sha256').update(`${userId}\0${agentId}\0${eventId}`).digest('hex').slice(0, 24)
 }

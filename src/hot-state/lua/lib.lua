@@ -147,7 +147,7 @@ local function transition(st, reason)
   return { reason, st.paused and 1 or 0, st.override and 1 or 0, fmt(st.total), st.threshold_s, st.webhook or false, fmt(version) }
 end
 
--- Event ids (issue 8: at most 64 bytes each). An id is kept as a 12-byte fingerprint of
+-- Event ids (issue 8: at most 64 bytes each). An id is kept as a 12-byte fingerprint (hex) of
 -- (user, agent, event id), computed by the caller, in its partition's table for the UTC hour
 -- of the minute it was counted in: {p}:e:<hour>:<i>, a linear hash of small hashes, each
 -- held by Redis in its compact listpack encoding (under 128 fields: a bucket splits when the
@@ -159,8 +159,7 @@ end
 local SPLIT_AT = 40
 
 local function h32(fp)
-  local a, b, c, d = string.byte(fp, 1, 4)
-  return ((a * 256 + b) * 256 + c) * 256 + d
+  return tonumber(string.sub(fp, 1, 8), 16)
 end
 
 -- Linear hashing: the bucket of hash h in a table of `buckets` buckets.
