@@ -232,14 +232,13 @@ async function scrape(url: string): Promise<Map<string, number>> {
 }
 
 /**
- * INSERTs of events per second between two scrapes (the shipper's batches; with REDIS_URL,
- * the group commit's INSERTs), and the p99 of the acknowledgement-to-readable lag: the upper
+ * INSERTs of events per second between two scrapes (the shipper's batches), and the p99 of the acknowledgement-to-readable lag: the upper
  * edge of the histogram bucket that holds it ("> 300" past the last one).
  */
 function writePath(before: Map<string, number>, after: Map<string, number>, seconds: number) {
   const delta = (name: string) => (after.get(name) ?? 0) - (before.get(name) ?? 0)
   const shipped = after.has('burnrate_ship_lag_seconds_count') && delta('burnrate_ship_batches_total') > 0
-  const inserts = shipped ? delta('burnrate_ship_batches_total') : delta('burnrate_ingest_commits_total')
+  const inserts = delta('burnrate_ship_batches_total')
   let lagP99 = 'n/a'
   const count = delta('burnrate_ship_lag_seconds_count')
   if (shipped && count > 0) {
@@ -250,7 +249,7 @@ function writePath(before: Map<string, number>, after: Map<string, number>, seco
     if (lagP99 === '+Inf') lagP99 = '> 300'
     else lagP99 = `≤ ${lagP99}`
   }
-  const source = shipped ? 'the journal shipper' : inserts > 0 ? 'group commit on the request path' : 'none in this phase'
+  const source = shipped ? 'the journal shipper' : 'none in this phase'
   return { insertsPerSec: inserts / seconds, lagP99, source }
 }
 

@@ -257,6 +257,16 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
   })
 })
 
+describe.each(implementations)('hot state lifecycle: %s', (_name, make) => {
+  it('answers ping while its store does, and close() leaves what was recorded in place', async () => {
+    const { hs, journaled } = await make()
+    await expect(hs.ping()).resolves.toBeUndefined()
+    await hs.record(ev(1), T0)
+    await hs.close()
+    expect(await journaled()).toHaveLength(1)
+  })
+})
+
 describe('memory hot state', () => {
   const open = () => SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-hs-')), fsync: false, maxRows: 1_000_000 })
 
