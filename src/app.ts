@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer'
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { Redis } from 'ioredis'
 import rateLimit from '@fastify/rate-limit'
@@ -16,6 +17,7 @@ import { eventsRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { routeLimits } from './routes/limits.ts'
 import { MAX_BODY_BYTES } from './schemas/event.ts'
+import { assertWellFormed } from './schemas/well-formed.ts'
 
 /**
  * Fastify's access log, one level down: two info lines per request cost a sixth of the
@@ -73,10 +75,30 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   })
   // Only JSON bodies (SPEC.md 5); Fastify would otherwise parse text/plain as a string.
   app.removeContentTypeParser('text/plain')
+  // JSON as Fastify parses it (secure-json-parse, poisoning refused), from bytes that must be
+  // UTF-8: decoding them as a string would turn invalid bytes into U+FFFD, and what is stored
+  // must be what was sent (issue 9). Then the edge check of every string and of the depth.
+  const parseJson = app.getDefaultJsonParser('error', 'error')
+  app.removeContentTypeParser('application/json')
+  app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
+    const bytes = body as Buffer
+    if (!isUtf8(bytes)) return done(new Problem('invalid_json', 'the body is not valid UTF-8'), undefined)
+    parseJson(request, bytes.toString('utf8'), (err, parsed) => {
+      if (err) return done(err, undefined)
+      try {
+        assertWellFormed(parsed, 'invalid_body')
+      } catch (problem) {
+        return done(problem as Problem, undefined)
+      }
+      done(null, parsed)
+    })
+  })
   app.addHook('preValidation', async (request) => {
     if (request.method === 'POST' && request.routeOptions.url !== undefined && !request.headers['content-type']) {
       throw new Problem('unsupported_media_type', 'send the body as application/json (Content-Type header missing)')
     }
+    assertWellFormed(request.params, 'invalid_query')
+    assertWellFormed(request.query, 'invalid_query')
   })
 
   // While closing, answers in flight end their connection: a keep-alive client would
