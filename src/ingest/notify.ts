@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import type { Transition } from '../hot-state/types.ts'
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
@@ -28,6 +29,8 @@ export class WebhookPauseNotifier implements PauseNotifier {
   budgetPaused(t: Transition): void {
     if (t.webhookUrl === null) return
     this.#webhooks.notify(t.webhookUrl, {
+      // The pause it announces, named by its version: the same on every attempt and instance.
+      id: createHash('sha256').update(`${t.userId}\0${t.agentId}\0${t.version}`).digest('hex').slice(0, 32),
       userId: t.userId,
       agentId: t.agentId,
       totalUsd: nanoToUsd(t.totalNano),

@@ -6,11 +6,15 @@ import http from 'node:http'
 import https from 'node:https'
 import { BlockedAddressError, guardedLookup } from './address-policy.ts'
 
+/**
+ * `sent`: the whole request had been handed to the connection when the attempt failed, so the
+ * receiver may have acted on it (a timeout or a reset then proves nothing).
+ */
 export type AttemptResult =
   | { kind: 'status'; status: number; retryAfterMs: number | undefined }
-  | { kind: 'timeout' }
+  | { kind: 'timeout'; sent: boolean }
   | { kind: 'blocked'; address: string }
-  | { kind: 'error'; code: string | undefined; name: string }
+  | { kind: 'error'; code: string | undefined; name: string; sent: boolean }
 
 export interface AttemptOptions {
   timeoutMs: number
@@ -23,10 +27,11 @@ export interface AttemptOptions {
  * POSTs `body` as JSON to `target`. The deadline covers DNS, connect, TLS and the response.
  * The outcome is decided by the status line; the response body is read and discarded.
  */
-export function postJson(target: URL, body: string, opts: AttemptOptions): Promise<AttemptResult> {
+export function postJson(target: URL, body: string, opts: AttemptOptions & { id: string }): Promise<AttemptResult> {
   return new Promise((resolve) => {
     const signal = AbortSignal.timeout(opts.timeoutMs)
     let response: AttemptResult | undefined
+    let sent = false
     let settled = false
     const settle = (result: AttemptResult): void => {
       if (settled) return
@@ -35,7 +40,7 @@ export function postJson(target: URL, body: string, opts: AttemptOptions): Promi
     }
     // Once a status arrived the message was delivered (or refused); a later error, e.g. the
     // deadline cutting off a slow body, must not turn a 200 into a retry and a duplicate message.
-    const fail = (err: unknown): void => settle(response ?? classifyError(err, signal))
+    const fail = (err: unknown): void => settle(response ?? classifyError(err, signal, sent))
 
     const request = target.protocol === 'https:' ? https.request : http.request
     let req: http.ClientRequest
@@ -53,6 +58,8 @@ export function postJson(target: URL, body: string, opts: AttemptOptions): Promi
           'content-type': 'application/json',
           'content-length': Buffer.byteLength(body),
           'user-agent': 'burnrate-webhook',
+          // The same on every attempt: a receiver that keeps the keys it saw drops a repeat.
+          'idempotency-key': opts.id,
         },
       })
     } catch (err) {
@@ -60,6 +67,8 @@ export function postJson(target: URL, body: string, opts: AttemptOptions): Promi
       return
     }
     req.on('error', fail)
+    // The request is written out: from here a failure without an answer is ambiguous.
+    req.on('finish', () => (sent = true))
     req.on('response', (res) => {
       const result: AttemptResult = {
         kind: 'status',
@@ -77,12 +86,12 @@ export function postJson(target: URL, body: string, opts: AttemptOptions): Promi
   })
 }
 
-function classifyError(err: unknown, signal: AbortSignal): AttemptResult {
+function classifyError(err: unknown, signal: AbortSignal, sent: boolean): AttemptResult {
   // Our deadline fired: decided by the signal we own, not by the error's wording.
-  if (signal.aborted) return { kind: 'timeout' }
+  if (signal.aborted) return { kind: 'timeout', sent }
   if (err instanceof BlockedAddressError) return { kind: 'blocked', address: err.address }
   const code = err instanceof Error && 'code' in err && typeof err.code === 'string' ? err.code : undefined
-  return { kind: 'error', code, name: err instanceof Error ? err.name : typeof err }
+  return { kind: 'error', code, name: err instanceof Error ? err.name : typeof err, sent }
 }
 
 /**

@@ -6,6 +6,8 @@
  */
 
 export interface PauseNotice {
+  /** Names this notification on every attempt (the Idempotency-Key header): the same pause, the same id. */
+  id: string
   userId: string
   agentId: string
   /** Rolling 24 h total that crossed the threshold, in USD. */

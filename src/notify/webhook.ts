@@ -2,6 +2,13 @@
  * Sends the auto-pause chat message (DECISIONS.md "Notification"): in the background, so
  * ingestion never waits; with a per-attempt timeout and bounded retries; every failure logged,
  * counted and visible in `stats` and Prometheus; nothing thrown, no unhandled rejection.
+ *
+ * Delivery is at most once for what a receiver may have seen (issue 9): an attempt is
+ * repeated only when its failure proves the message was not taken (no connection, the
+ * request not written out, 429, 502 or 503). A timeout or a reset after the whole request
+ * was written, or any other answer, ends the delivery: a receiver that answered 200 after
+ * our deadline gets the message once, not four times. Every attempt carries the same
+ * Idempotency-Key, so a receiver that keeps the keys it saw can drop a repeat.
  */
 import { setTimeout as sleep } from 'node:timers/promises'
 import { Counter } from 'prom-client'
@@ -42,6 +49,8 @@ export interface NotifierStats {
   sent: number
   /** Deliveries given up: a final error, or retries exhausted. */
   failed: number
+  /** Deliveries whose request was written out and never answered in time: perhaps delivered, not repeated. */
+  unconfirmed: number
   /** Attempts repeated after a retryable failure. */
   retried: number
   /** Deliveries not attempted because the SSRF guard or URL check refused the target. */
@@ -50,14 +59,14 @@ export interface NotifierStats {
   inFlight: number
 }
 
-type Outcome = 'sent' | 'failed' | 'refused'
+type Outcome = 'sent' | 'failed' | 'refused' | 'unconfirmed'
 
 /** A Retry-After longer than this is waited for only this long, so shutdown stays bounded. */
 const MAX_RETRY_AFTER_MS = 30_000
 /** Ceiling on deliveries held at once; beyond it new ones are dropped (counted failed, logged). */
 const MAX_IN_FLIGHT = 1000
 
-/** Socket and DNS errors worth another attempt; any other error is final. */
+/** Socket and DNS errors worth another attempt, before the request was written out; any other error is final. */
 const TRANSIENT_ERROR_CODES: ReadonlySet<string> = new Set([
   'ECONNREFUSED',
   'ECONNRESET',
@@ -72,28 +81,28 @@ const TRANSIENT_ERROR_CODES: ReadonlySet<string> = new Set([
   'ERR_SOCKET_CONNECTION_TIMEOUT', // every address family timed out (autoSelectFamily)
 ])
 
-type Verdict = { kind: 'sent' } | { kind: 'refused' } | { kind: 'final' } | { kind: 'retry'; minDelayMs: number }
+type Verdict = { kind: 'sent' } | { kind: 'refused' } | { kind: 'final' } | { kind: 'unconfirmed' } | { kind: 'retry'; minDelayMs: number }
 
 function judge(result: AttemptResult): Verdict {
   switch (result.kind) {
     case 'status': {
       const { status } = result
       if (status >= 200 && status < 300) return { kind: 'sent' }
-      // 429 (RFC 6585 4) and 5xx are the receiver's trouble, possibly passing; Retry-After is
-      // defined for 429 and 503 (RFC 9110 10.2.3). Redirects are not followed (a redirect could
-      // lead to an address the guard refuses), so 3xx is final, as are other 4xx.
+      // Answers that say the message was not taken: 429 (RFC 6585 4) and 503, for which
+      // Retry-After is defined (RFC 9110 10.2.3), and 502 (a gateway that could not reach the
+      // receiver). A 500 or a 504 may come after the message was posted: final. Redirects are
+      // not followed (one could lead to an address the guard refuses): 3xx is final, as is 4xx.
       if (status === 429 || status === 503) return { kind: 'retry', minDelayMs: result.retryAfterMs ?? 0 }
-      if (status >= 500 && status < 600) return { kind: 'retry', minDelayMs: 0 }
+      if (status === 502) return { kind: 'retry', minDelayMs: 0 }
       return { kind: 'final' }
     }
     case 'timeout':
-      return { kind: 'retry', minDelayMs: 0 }
+      return result.sent ? { kind: 'unconfirmed' } : { kind: 'retry', minDelayMs: 0 }
     case 'blocked':
       return { kind: 'refused' }
     case 'error':
-      return result.code !== undefined && TRANSIENT_ERROR_CODES.has(result.code)
-        ? { kind: 'retry', minDelayMs: 0 }
-        : { kind: 'final' }
+      if (result.sent) return { kind: 'unconfirmed' }
+      return result.code !== undefined && TRANSIENT_ERROR_CODES.has(result.code) ? { kind: 'retry', minDelayMs: 0 } : { kind: 'final' }
   }
 }
 
@@ -103,11 +112,11 @@ function describe(result: AttemptResult): object {
     case 'status':
       return { status: result.status }
     case 'timeout':
-      return { error: 'timeout' }
+      return { error: 'timeout', sent: result.sent }
     case 'blocked':
       return { error: 'blocked_address', address: result.address }
     case 'error':
-      return { error: result.code ?? result.name }
+      return { error: result.code ?? result.name, sent: result.sent }
   }
 }
 
@@ -131,13 +140,19 @@ function createMetrics(registry: Registry): Metrics {
   const deliveries = counter(
     registry,
     'burnrate_webhook_deliveries_total',
-    'Chat webhook deliveries by final outcome (sent, failed, refused)',
+    'Chat webhook deliveries by final outcome (sent, failed, refused, unconfirmed: written out, never answered in time, not repeated)',
     ['outcome'],
   )
   // Start every series at 0, so a dashboard sees "no failures" rather than no data.
-  for (const outcome of ['sent', 'failed', 'refused']) deliveries.inc({ outcome }, 0)
+  for (const outcome of ['sent', 'failed', 'refused', 'unconfirmed']) deliveries.inc({ outcome }, 0)
   const retries = counter(registry, 'burnrate_webhook_retries_total', 'Chat webhook attempts repeated after a retryable failure', [])
   return { deliveries, retries }
+}
+
+const WARNINGS: Record<Exclude<Outcome, 'sent'>, string> = {
+  refused: 'chat webhook target refused',
+  failed: 'chat webhook delivery failed',
+  unconfirmed: 'chat webhook did not answer in time after receiving the message; not sent again (it may have been delivered)',
 }
 
 export class WebhookNotifier {
@@ -147,7 +162,7 @@ export class WebhookNotifier {
   readonly #backoffMs: number
   readonly #logger: NotifierLogger
   readonly #metrics: Metrics | undefined
-  readonly #stats: NotifierStats = { sent: 0, failed: 0, retried: 0, refused: 0, inFlight: 0 }
+  readonly #stats: NotifierStats = { sent: 0, failed: 0, unconfirmed: 0, retried: 0, refused: 0, inFlight: 0 }
   readonly #pending = new Set<Promise<void>>()
 
   constructor(opts: NotifierOptions) {
@@ -197,6 +212,7 @@ export class WebhookNotifier {
 
     for (let attempt = 1; ; attempt++) {
       const result = await postJson(target, body, {
+        id: notice.id,
         timeoutMs: this.#timeoutMs,
         allowPrivate: this.#allowPrivate,
         maxRetryAfterMs: MAX_RETRY_AFTER_MS,
@@ -205,6 +221,7 @@ export class WebhookNotifier {
       const details = { ...log, attempt, ...describe(result) }
       if (verdict.kind === 'sent') return this.#finish('sent', details)
       if (verdict.kind === 'refused') return this.#finish('refused', details)
+      if (verdict.kind === 'unconfirmed') return this.#finish('unconfirmed', details)
       if (verdict.kind === 'final' || attempt >= this.#maxAttempts) return this.#finish('failed', details)
 
       const delayMs = Math.round(Math.max(verdict.minDelayMs, this.#backoff(attempt)))
@@ -225,7 +242,7 @@ export class WebhookNotifier {
     this.#stats[outcome]++
     this.#metrics?.deliveries.inc({ outcome })
     if (outcome === 'sent') this.#info(details, 'chat webhook delivered')
-    else this.#warn({ ...details, outcome }, outcome === 'refused' ? 'chat webhook target refused' : 'chat webhook delivery failed')
+    else this.#warn({ ...details, outcome }, WARNINGS[outcome])
   }
 
   // A logger that throws must not break delivery or escape notify(); the counters still tell.

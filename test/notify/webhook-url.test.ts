@@ -93,14 +93,14 @@ describe('pause message', () => {
   })
 
   it('escapes Slack control characters so an agent id cannot mention a channel or forge a link', () => {
-    const { text } = pauseMessage({ userId: 'u', agentId: '<!channel> & <http://x|y>', totalUsd: 11, thresholdUsd: 10, at })
+    const { text } = pauseMessage({ id: 'n', userId: 'u', agentId: '<!channel> & <http://x|y>', totalUsd: 11, thresholdUsd: 10, at })
     expect(text).toBe(
       'burnrate paused agent `&lt;!channel&gt; &amp; &lt;http://x|y&gt;`: its 24 h spend $11.00 exceeded its daily budget of $10.00 (2026-03-04T05:06:07Z).',
     )
   })
 
   it('shows an agent id containing a backtick without a code span', () => {
-    const { text } = pauseMessage({ userId: 'u', agentId: 'a`b', totalUsd: 11, thresholdUsd: 10, at })
+    const { text } = pauseMessage({ id: 'n', userId: 'u', agentId: 'a`b', totalUsd: 11, thresholdUsd: 10, at })
     expect(text).toContain('paused agent a`b: ')
   })
 })
