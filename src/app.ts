@@ -42,6 +42,8 @@ export interface AppDeps {
   redis?: Redis | null
   /** This instance's journal, for /readyz. */
   journal: { backlog(): JournalBacklog; readonly backlogFull: boolean }
+  /** Rows moved to dead_letters since start, for /readyz. */
+  deadLetters?: () => number
   /** pino-compatible; none (silent) when omitted. */
   log?: FastifyBaseLogger
 }
@@ -141,7 +143,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   )
 
   const limits = routeLimits(deps.config)
-  await app.register(healthRoutes(deps.clickhouse, deps.hotState, deps.journal))
+  await app.register(healthRoutes(deps.clickhouse, deps.hotState, deps.journal, deps.deadLetters ?? (() => 0)))
   await app.register(eventsRoutes(deps.ingest, limits))
   await app.register(configRoutes(deps.agents, limits))
   await app.register(agentsRoutes(deps.agents, limits))

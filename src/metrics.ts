@@ -9,6 +9,8 @@ import type { JournalBacklog } from './journal/types.ts'
 export interface Metrics {
   registry: Registry
   shipFailures: Counter
+  /** Rows ClickHouse refused for their content, moved to dead_letters. */
+  deadLetters: Counter
   /** A batch of the journal is in ClickHouse. */
   shipped(s: { rows: number; durationMs: number; waitedMs: number[] }): void
 }
@@ -49,6 +51,7 @@ export function createMetrics(sources: {
   return {
     registry,
     shipFailures: new Counter({ name: 'burnrate_ship_failures_total', help: 'Failed attempts to store a journal batch (retried)', registers: [registry] }),
+    deadLetters: new Counter({ name: 'burnrate_ship_dead_letters_total', help: 'Journal rows ClickHouse refused for their content, moved to the dead_letters table', registers: [registry] }),
     shipped(s) {
       shipBatches.inc()
       shipRows.inc(s.rows)

@@ -22,7 +22,7 @@ import { IngestService } from './ingest/service.ts'
 import { keepJournal } from './journal/keeper.ts'
 import { RedisJournal } from './journal/redis-streams.ts'
 import { SegmentLog } from './journal/segment-log.ts'
-import { Shipper } from './journal/shipper.ts'
+import { Shipper, type DeadLetter } from './journal/shipper.ts'
 import type { JournalBacklog } from './journal/types.ts'
 import { WebhookNotifier } from './notify/webhook.ts'
 import { createPriceTable, loadPricesFile } from './pricing/price-table.ts'
@@ -44,6 +44,8 @@ export interface Services {
   ingest: IngestService
   /** This instance's journal (the segment log, or its Redis streams): its backlog for /readyz. */
   journal: { backlog(): JournalBacklog; readonly backlogFull: boolean }
+  /** Rows moved to dead_letters since start (/readyz). */
+  deadLetters(): number
   shipper: Shipper
   agents: AgentService
   keys: ApiKeys
@@ -107,6 +109,12 @@ export async function openServices(
     registry: metrics.registry,
   })
   const notifier = new WebhookPauseNotifier(webhooks)
+  let deadLetters = 0
+  const onDeadLetter = (d: DeadLetter) => {
+    deadLetters++
+    metrics.deadLetters.inc()
+    log.error({ table: d.table, error: d.error }, 'ClickHouse refused a journal row for its content: moved to the dead_letters table, the rest shipped')
+  }
   shipper = new Shipper({
     source: journal,
     clickhouse,
@@ -115,6 +123,7 @@ export async function openServices(
     log,
     onShipped: (s) => metrics.shipped(s),
     onFailed: () => metrics.shipFailures.inc(),
+    onDeadLetter,
   })
   const ingest = new IngestService({
     hotState,
@@ -131,7 +140,7 @@ export async function openServices(
   }
   shipper.start()
   // With Redis, journals of instances that died are shipped by whichever instance sees it first.
-  const keeper = redisJournal ? keepJournal({ journal: redisJournal, clickhouse, maxRows: config.ship.maxRows, log }) : null
+  const keeper = redisJournal ? keepJournal({ journal: redisJournal, clickhouse, maxRows: config.ship.maxRows, log, onDeadLetter }) : null
 
   const agents = new AgentService({ clickhouse, hotState, clock, allowPrivateWebhooks: config.webhook.allowPrivate })
   const keys = new ApiKeys(clickhouse, {
@@ -157,6 +166,7 @@ export async function openServices(
     hotState,
     ingest,
     journal,
+    deadLetters: () => deadLetters,
     shipper,
     agents,
     keys,

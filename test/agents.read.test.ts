@@ -168,6 +168,6 @@ describe('GET /agents/{agent_id}/hourly (SPEC 4.7)', () => {
 describe('GET /healthz and /readyz', () => {
   it('answer without a key', async () => {
     expect((await h.get('/healthz', null)).json()).toEqual({ ok: true })
-    expect((await h.get('/readyz', null)).json()).toEqual({ ok: true, clickhouse: 'up', hot_state: 'up', journal: { rows: 0, bytes: 0, oldest_age_seconds: 0 } })
+    expect((await h.get('/readyz', null)).json()).toEqual({ ok: true, clickhouse: 'up', hot_state: 'up', journal: { rows: 0, bytes: 0, oldest_age_seconds: 0, dead_letters: 0 } })
   })
 })

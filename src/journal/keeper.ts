@@ -1,6 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { JournalFencedError, type RedisJournal } from './redis-streams.ts'
-import { shipBatch } from './shipper.ts'
+import { shipBatch, type DeadLetter } from './shipper.ts'
 
 /** pino-compatible. */
 interface Log {
@@ -16,7 +16,13 @@ interface Log {
  * take over any other; taking one over fences its owner out, so no timeout here has to
  * agree with another for an event to be stored once (redis-streams.ts).
  */
-export function keepJournal(o: { journal: RedisJournal; clickhouse: ClickHouseClient; maxRows: number; log: Log }): { stop(): Promise<void> } {
+export function keepJournal(o: {
+  journal: RedisJournal
+  clickhouse: ClickHouseClient
+  maxRows: number
+  log: Log
+  onDeadLetter?: (d: DeadLetter) => void
+}): { stop(): Promise<void> } {
   const { journal, log } = o
   const draining = new Map<string, Promise<void>>()
   let stopped = false
@@ -24,7 +30,7 @@ export function keepJournal(o: { journal: RedisJournal; clickhouse: ClickHouseCl
   async function drain(dead: RedisJournal): Promise<void> {
     let rows = 0
     for (let batch = await dead.next(o.maxRows); batch && !stopped; batch = await dead.next(o.maxRows)) {
-      await shipBatch(o.clickhouse, dead, batch)
+      await shipBatch(o.clickhouse, dead, batch, o.onDeadLetter)
       rows += batch.entries.length
     }
     if (stopped) return

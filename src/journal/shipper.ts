@@ -1,6 +1,8 @@
 import type { ClickHouseClient } from '@clickhouse/client'
-import { insertJsonLines } from '../storage/query.ts'
-import { JOURNAL_TABLES, type JournalBatch, type JournalSource } from './types.ts'
+import { toChDateTime } from '../storage/clickhouse.ts'
+import { clickhouseCode } from '../storage/failures.ts'
+import { insert, insertJsonLines } from '../storage/query.ts'
+import { JOURNAL_TABLES, type JournalBatch, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
 
 /** pino-compatible. */
 interface Log {
@@ -20,18 +22,81 @@ export interface ShipperOptions {
   onShipped?: (s: { rows: number; durationMs: number; waitedMs: number[] }) => void
   /** Told about every failed attempt (metrics). */
   onFailed?: (err: unknown) => void
+  /** Told about every row moved to dead_letters (metrics, /readyz, the log). */
+  onDeadLetter?: (d: DeadLetter) => void
+}
+
+/** A row ClickHouse refused for its content, moved to the dead_letters table. */
+export interface DeadLetter {
+  table: JournalTable
+  json: Buffer
+  error: string
 }
 
 /**
  * Stores one batch, one INSERT per table, each with the batch's token and the table's name
- * (ClickHouse deduplicates per table), then commits it in the journal.
+ * (ClickHouse deduplicates per table), then commits it in the journal. A row ClickHouse
+ * refuses for its content (issue 9; the edge should let none in) must not hold back the
+ * others: the batch is halved until the row is alone, every other row is stored, and the
+ * row goes to dead_letters. The halves' tokens follow from the batch's, so a batch shipped
+ * again after a crash stores nothing twice, dead letters included.
  */
-export async function shipBatch(clickhouse: ClickHouseClient, source: JournalSource, batch: JournalBatch): Promise<void> {
+export async function shipBatch(
+  clickhouse: ClickHouseClient,
+  source: JournalSource,
+  batch: JournalBatch,
+  onDeadLetter: (d: DeadLetter) => void = () => {},
+): Promise<void> {
   for (const table of JOURNAL_TABLES) {
-    const lines = batch.entries.filter((e) => e.table === table).flatMap((e) => [e.json, NEWLINE])
-    await insertJsonLines(clickhouse, table, Buffer.concat(lines), `${batch.token}:${table}`)
+    await insertIsolating(clickhouse, table, batch.entries.filter((e) => e.table === table), `${batch.token}:${table}`, onDeadLetter)
   }
   await source.commit(batch)
+}
+
+/** ClickHouse codes that refuse a row's content (src/Common/ErrorCodes.cpp): the row is at fault, not the store. */
+const DATA_ERROR_CODES: ReadonlySet<number> = new Set([
+  6, // CANNOT_PARSE_TEXT
+  25, // CANNOT_PARSE_ESCAPE_SEQUENCE
+  26, // CANNOT_PARSE_QUOTED_STRING
+  27, // CANNOT_PARSE_INPUT_ASSERTION_FAILED
+  32, // ATTEMPT_TO_READ_AFTER_EOF
+  38, // CANNOT_PARSE_DATE
+  41, // CANNOT_PARSE_DATETIME
+  53, // TYPE_MISMATCH
+  69, // ARGUMENT_OUT_OF_BOUND
+  70, // CANNOT_CONVERT_TYPE
+  72, // CANNOT_PARSE_NUMBER
+  117, // INCORRECT_DATA
+  131, // TOO_LARGE_STRING_SIZE
+  349, // CANNOT_INSERT_NULL_IN_ORDINARY_COLUMN
+  395, // FUNCTION_THROW_IF_VALUE_IS_NON_ZERO
+  469, // VIOLATED_CONSTRAINT
+])
+
+async function insertIsolating(
+  clickhouse: ClickHouseClient,
+  table: JournalTable,
+  entries: readonly ShippedEntry[],
+  token: string,
+  onDeadLetter: (d: DeadLetter) => void,
+): Promise<void> {
+  if (entries.length === 0) return
+  try {
+    await insertJsonLines(clickhouse, table, Buffer.concat(entries.flatMap((e) => [e.json, NEWLINE])), token)
+  } catch (err) {
+    const code = clickhouseCode(err)
+    if (code === null || !DATA_ERROR_CODES.has(code)) throw err
+    if (entries.length > 1) {
+      const half = Math.ceil(entries.length / 2)
+      await insertIsolating(clickhouse, table, entries.slice(0, half), `${token}/a`, onDeadLetter)
+      await insertIsolating(clickhouse, table, entries.slice(half), `${token}/b`, onDeadLetter)
+      return
+    }
+    const [entry] = entries
+    const error = err instanceof Error ? err.message : String(err)
+    await insert(clickhouse, 'dead_letters', [{ at: toChDateTime(Date.now()), target_table: table, row: entry!.json.toString('utf8'), error }], `${token}/dead`)
+    onDeadLetter({ table, json: entry!.json, error })
+  }
 }
 
 const MAX_BACKOFF_MS = 30_000
@@ -49,6 +114,7 @@ export class Shipper {
   #loop: Promise<void> | null = null
   #stopping = false
   #wake: (() => void) | null = null
+  #kicked = false
   /** Passes started so far; a flush waits for one that starts after it. */
   #passes = 0
   #waiters: Array<{ after: number; resolve: () => void }> = []
@@ -63,9 +129,10 @@ export class Shipper {
     this.#loop ??= this.#run()
   }
 
-  /** Ships without waiting out the interval (the journal holds a full batch). */
+  /** Ships without waiting out the interval (the journal holds a full batch); a kick during a pass starts the next one at once. */
   kick(): void {
-    this.#wake?.()
+    if (this.#wake) this.#wake()
+    else this.#kicked = true
   }
 
   /**
@@ -119,7 +186,7 @@ export class Shipper {
 
   async #ship(batch: JournalBatch): Promise<void> {
     const started = performance.now()
-    await shipBatch(this.#o.clickhouse, this.#o.source, batch)
+    await shipBatch(this.#o.clickhouse, this.#o.source, batch, this.#o.onDeadLetter)
     const now = Date.now()
     this.#o.onShipped?.({ rows: batch.entries.length, durationMs: performance.now() - started, waitedMs: batch.entries.map((e) => now - e.at) })
   }
@@ -140,7 +207,10 @@ export class Shipper {
   }
 
   #sleep(ms: number): Promise<void> {
-    if (this.#stopping) return Promise.resolve()
+    if (this.#stopping || this.#kicked) {
+      this.#kicked = false
+      return Promise.resolve()
+    }
     return new Promise((resolve) => {
       const timer = setTimeout(done, ms)
       function done() {

@@ -11,7 +11,12 @@ import type { JournalBacklog } from '../journal/types.ts'
  * journal makes the instance unready.
  */
 export const healthRoutes =
-  (clickhouse: ClickHouseClient, hotState: HotState, journal: { backlog(): JournalBacklog; readonly backlogFull: boolean }): FastifyPluginAsync =>
+  (
+    clickhouse: ClickHouseClient,
+    hotState: HotState,
+    journal: { backlog(): JournalBacklog; readonly backlogFull: boolean },
+    deadLetters: () => number,
+  ): FastifyPluginAsync =>
   async (app) => {
     app.get('/healthz', async () => ({ ok: true }))
 
@@ -20,7 +25,7 @@ export const healthRoutes =
       const clickhouseUp = ch.status === 'fulfilled' && ch.value.success
       const hotUp = hot.status === 'fulfilled'
       if (!hotUp) throw new Problem('store_unavailable', 'hot state not answering', { retryAfter: 1 })
-      const body = { ok: true, clickhouse: clickhouseUp ? 'up' : 'down', hot_state: 'up', journal: journalState(journal.backlog()) }
+      const body = { ok: true, clickhouse: clickhouseUp ? 'up' : 'down', hot_state: 'up', journal: { ...journalState(journal.backlog()), dead_letters: deadLetters() } }
       if (journal.backlogFull) {
         reply.header('retry-after', '5')
         return reply.status(503).send({ ...body, ok: false })

@@ -32,15 +32,24 @@ const TRANSIENT_CLICKHOUSE_CODES: ReadonlySet<number> = new Set([
  * (refused or reset connections, timeouts of the HTTP request) never reached an answer: unavailable.
  */
 export function clickhouseFailure(err: unknown, what: string): Error {
-  const code = serverCode(err)
+  const code = clickhouseCode(err)
   if (code !== null && !TRANSIENT_CLICKHOUSE_CODES.has(code)) return err as Error
   return new StoreUnavailableError('ClickHouse', `ClickHouse did not answer the ${what}`, { cause: err })
 }
 
-function serverCode(err: unknown): number | null {
-  if (!(err instanceof Error) || !('code' in err) || !('type' in err)) return null
-  const code = Number(err.code)
-  return typeof err.code === 'string' && Number.isInteger(code) ? code : null
+/**
+ * The ClickHouse error code of a failure, null when ClickHouse did not answer: a server's
+ * ClickHouseError carries it as `code`; chDB's errors only in their text ("Code: 41. DB::…").
+ */
+export function clickhouseCode(err: unknown): number | null {
+  if (!(err instanceof Error)) return null
+  if ('code' in err && 'type' in err) {
+    const code = Number(err.code)
+    return typeof err.code === 'string' && Number.isInteger(code) ? code : null
+  }
+  if (!err.name.startsWith('Chdb')) return null
+  const match = /^Code: (\d+)\./.exec(err.message)
+  return match ? Number(match[1]) : null
 }
 
 /**

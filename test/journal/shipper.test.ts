@@ -87,6 +87,48 @@ describe('shipper', () => {
     await reopened.close()
   })
 
+  it('moves rows ClickHouse refuses to dead_letters, ships every other row, and stores nothing twice when shipped again', async () => {
+    const d = dir()
+    const journal = await openLog(d)
+    // Rows the edge would never let in, among good ones, as a defect elsewhere could write them.
+    const poison = [
+      { ...event('poison'), timestamp: 'not a time' },
+      { ...event('poison'), cost_nano: 'lots' as unknown as number },
+    ]
+    const rows = Array.from({ length: 40 }, () => event('poison'))
+    rows.splice(7, 0, poison[0]!)
+    rows.splice(30, 0, poison[1]!)
+    await journal.append(rows.map((row) => ({ table: 'events' as const, row })), T)
+    // The first delivery dies after its INSERTs, before the commit: the batch is shipped again.
+    let dying = true
+    const source: JournalSource = {
+      next: (n) => journal.next(n),
+      backlog: () => journal.backlog(),
+      commit: async (batch) => {
+        if (dying) {
+          dying = false
+          throw new Error('killed after the INSERTs, before the commit')
+        }
+        await journal.commit(batch)
+      },
+    }
+    const dead: string[] = []
+    const shipper = new Shipper({ source, clickhouse, maxRows: 1000, intervalMs: 20, log, onDeadLetter: (x) => dead.push(x.json.toString('utf8')) })
+    shipper.start()
+    expect(await shipper.flush(10_000)).toBe(true)
+    await shipper.stop()
+
+    expect(await stored('poison')).toEqual({ rows: 40, hourlyCalls: 40 })
+    const letters = await (
+      await clickhouse.query({ query: "SELECT target_table, row, error FROM dead_letters WHERE row LIKE '%\"poison\"%' ORDER BY row", format: 'JSONEachRow' })
+    ).json<{ target_table: string; row: string; error: string }>()
+    expect(letters.map((l) => JSON.parse(l.row))).toEqual(expect.arrayContaining(poison))
+    expect(letters).toHaveLength(2)
+    expect(letters.every((l) => l.target_table === 'events' && /Code: \d+/.test(l.error))).toBe(true)
+    expect(dead).toHaveLength(4) // reported on each delivery; stored once
+    await journal.close()
+  })
+
   it('holds the backlog while ClickHouse refuses, retries the same batch, and drains it once it accepts again', async () => {
     const journal = await openLog(dir())
     const failures: unknown[] = []
