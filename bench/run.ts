@@ -211,6 +211,12 @@ async function load(url: string, apiKey: string, opts: Options, phase: Phase): P
   return JSON.parse(last) as LoadSummary
 }
 
+/** bench/flood.ts against `url` for `seconds`: made-up keys, 10 connections. */
+async function flood(url: string, seconds: number): Promise<{ requestsPerSec: number; statusCodes: Record<string, number>; errors: number }> {
+  const out = await run([join(ROOT, 'bench', 'flood.ts'), '--url', url, '--connections', '10', '--duration', String(seconds)], process.env, `flood against ${url}`, (seconds + 60) * 1000)
+  return JSON.parse(out.trim().split('\n').at(-1)!) as { requestsPerSec: number; statusCodes: Record<string, number>; errors: number }
+}
+
 /** Half the throughput a target sustained at saturation: the offered rate of its latency phase. */
 function halfOf(saturation: LoadSummary): number {
   return Math.max(1, Math.round(saturation.requestsPerSec / 2))
@@ -358,6 +364,12 @@ async function main(): Promise<number> {
     const bWarm = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' })
     const writes = writePath(before, await scrape(burnrate.metrics), bWarm.durationS)
     const bHalf = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: { rate: halfOf(bWarm) } })
+    // The same half load while a flood of made-up keys arrives beside it (issue 9): the
+    // fleet's latency must stay within 2x of the phase before.
+    const [bFlood, flooded] = await Promise.all([
+      load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: { rate: halfOf(bWarm) } }),
+      flood(burnrate.url, opts.duration),
+    ])
     const stored = await storedLlmCalls(burnrate.url, apiKey)
     await stop(burnrate.child, 'burnrate')
     const log = await logStats(logFile)
@@ -383,6 +395,7 @@ async function main(): Promise<number> {
         row('burnrate  saturation, cold (1 event/agent)', bCold),
         row('burnrate  saturation, warm', bWarm),
         row('burnrate  50 % of saturation', bHalf),
+        row('burnrate  50 %, unknown-key flood beside', bFlood),
       ]),
     )
     console.log()
@@ -406,6 +419,11 @@ async function main(): Promise<number> {
       `write path, warm saturation: ${fmt(writes.insertsPerSec, 2)} ClickHouse INSERTs of events per second` +
         ` (${writes.source}); acknowledgement to readable in ClickHouse p99 ${writes.lagP99} s`,
     )
+    const codes = Object.entries(flooded.statusCodes).map(([code, n]) => `${fmt(n)} × ${code}`).join(', ')
+    console.log(
+      `unknown-key flood: ${fmt(flooded.requestsPerSec)} req/s from one address (${codes || 'no answers'}, ${fmt(flooded.errors)} errors);` +
+        ` the fleet's p99 beside it ${ratio(bFlood.latencyMs.p99, bHalf.latencyMs.p99)}x of the phase before (target ≤ 2)`,
+    )
     console.log(
       `fixed-rate load generator: requests issued up to ${fmt(cHalf.lateMs ?? 0, 1)} ms (ceiling) and ` +
         `${fmt(bHalf.lateMs ?? 0, 1)} ms (burnrate) after their due time`,
@@ -415,7 +433,7 @@ async function main(): Promise<number> {
 
     // 4. The check: every acknowledged event is stored once; events cut off when autocannon
     //    stopped (sent, unanswered) may or may not have been stored, so they bound the excess.
-    const loads = [bCold, bWarm, bHalf]
+    const loads = [bCold, bWarm, bHalf, bFlood]
     const acked = loads.reduce((sum, b) => sum + b.ok + (b.warmup?.ok ?? 0), 0)
     const unanswered = loads.reduce((sum, b) => sum + cutOff(b) + (b.warmup ? cutOff(b.warmup) : 0), 0)
     const excess = stored - acked

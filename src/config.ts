@@ -31,6 +31,7 @@ const envSchema = z.object({
   SHIP_INTERVAL_MS: positiveInt.default(1000),
   SHIP_MAX_ROWS: positiveInt.default(50_000),
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(5000),
+  AUTH_FAILURES_PER_MINUTE: positiveInt.default(30),
   TRUST_PROXY: bool.default(false),
   METRICS_PORT: port.optional(),
 })
@@ -57,6 +58,8 @@ export interface Config {
   /** The shipper: a batch at most this often under load, and at most this many rows. */
   readonly ship: { readonly intervalMs: number; readonly maxRows: number }
   readonly keyCacheTtlMs: number
+  /** Failed authentications a client address may make per minute before 429 (per instance). */
+  readonly authFailuresPerMinute: number
   readonly trustProxy: boolean
   /** Prometheus metrics listener; off when unset. */
   readonly metricsPort?: number
@@ -93,6 +96,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     journal: { fsync: e.JOURNAL_FSYNC, maxRows: e.JOURNAL_MAX_ROWS, leaseMs: e.JOURNAL_LEASE_MS },
     ship: { intervalMs: e.SHIP_INTERVAL_MS, maxRows: e.SHIP_MAX_ROWS },
     keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
+    authFailuresPerMinute: e.AUTH_FAILURES_PER_MINUTE,
     trustProxy: e.TRUST_PROXY,
     metricsPort: e.METRICS_PORT,
   })

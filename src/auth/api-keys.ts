@@ -1,5 +1,6 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
 import type { ClickHouseClient } from '@clickhouse/client'
+import { LRUCache } from 'lru-cache'
 import type { Clock } from '../clock.ts'
 import { StoreUnavailableError } from '../errors.ts'
 import { findKeyByHash, findKeyById, listKeys, saveKey, type ApiKeyRecord } from '../storage/keys.ts'
@@ -18,6 +19,8 @@ export interface CreatedKey {
 }
 
 const KEY_PREFIX = 'br_'
+/** What generateKey() makes: anything else is refused without a look-up. */
+const KEY_SHAPE = /^br_[0-9a-f]{12}_[A-Za-z0-9_-]{43}$/
 
 /**
  * A key is `br_<key id>_<secret>`: the id is public (listed, revoked by), the secret is
@@ -39,10 +42,14 @@ export class ApiKeys {
   readonly #client: ClickHouseClient
   readonly #clock: Clock
   readonly #ttlMs: number
-  // hash → principal (null for an unknown or revoked key) and when it was read. The entry
-  // holds the lookup's promise, so concurrent requests with a new key wait for one query
-  // instead of sending one each (a fleet starting up presents one key many times at once).
-  readonly #cache = new Map<string, { principal: Promise<Principal | null>; at: number }>()
+  // hash → principal (null for a revoked key) and when it was read. The entry holds the
+  // lookup's promise, so concurrent requests with a new key wait for one query instead of
+  // sending one each (a fleet starting up presents one key many times at once). Bounded,
+  // least recently used out first.
+  readonly #cache = new LRUCache<string, { principal: Promise<Principal | null>; at: number }>({ max: 100_000 })
+  // Keys no record has, remembered for a TTL in a cache of their own (issue 9): a flood of
+  // made-up keys evicts other made-up keys, never the keys of real users.
+  readonly #unknown: LRUCache<string, true>
 
   readonly #onRevoked: ((keyHash: string) => void) | undefined
 
@@ -52,6 +59,7 @@ export class ApiKeys {
     this.#clock = opts.clock
     this.#ttlMs = opts.cacheTtlMs
     this.#onRevoked = opts.onRevoked
+    this.#unknown = new LRUCache<string, true>({ max: 10_000, ttl: Math.max(1, opts.cacheTtlMs), ttlResolution: 0, perf: { now: () => this.#clock.now() } })
   }
 
   /**
@@ -74,6 +82,7 @@ export class ApiKeys {
       revokedAt: null,
     }
     await saveKey(this.#client, record, 1)
+    this.#unknown.delete(record.keyHash)
     this.#cache.set(record.keyHash, { principal: Promise.resolve(principalOf(record)), at: this.#clock.now() })
     return { record, key }
   }
@@ -102,16 +111,26 @@ export class ApiKeys {
    * When the re-read fails (ClickHouse away), the last answer holds and is read again a TTL
    * later: POST /events never needs ClickHouse for a key it has verified before (issue 8).
    * A key never verified still needs one read; while ClickHouse is away that is a 503.
+   * A key not shaped as generateKey() makes them is refused without a read, and one that no
+   * record has is remembered as unknown for the TTL. `lookUp: false` answers from memory only.
    */
-  async verify(key: string): Promise<Principal | null> {
-    if (!key.startsWith(KEY_PREFIX) || key.length > 200) return null
+  async verify(key: string, opts: { lookUp?: boolean } = {}): Promise<Principal | null> {
+    if (!KEY_SHAPE.test(key)) return null
     const hash = hashKey(key)
+    if (this.#unknown.has(hash)) return null
     const now = this.#clock.now()
     const hit = this.#cache.get(hash)
     if (hit && now - hit.at < this.#ttlMs) return hit.principal
+    // Answer from what is known (an address refused for its failed attempts, issue 9).
+    if (opts.lookUp === false) return hit ? hit.principal : null
     const known = hit?.principal
     const principal = findKeyByHash(this.#client, hash).then(
-      (record) => (record && safeEqual(record.keyHash, hash) ? principalOf(record) : null),
+      (record) => {
+        if (record && safeEqual(record.keyHash, hash)) return principalOf(record)
+        if (this.#cache.get(hash)?.principal === principal) this.#cache.delete(hash)
+        this.#unknown.set(hash, true)
+        return null
+      },
       (err: unknown) => {
         // Only an outage is ridden out; a defect (a 500) is not hidden behind an old answer.
         if (known === undefined || !(err instanceof StoreUnavailableError)) {
@@ -122,7 +141,6 @@ export class ApiKeys {
         return known
       },
     )
-    if (!hit && this.#cache.size >= 100_000) this.#cache.clear()
     // Concurrent requests with this key share this one read.
     this.#cache.set(hash, { principal, at: now })
     return principal

@@ -1,6 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ApiKeys, hashKey } from '../../src/auth/api-keys.ts'
+import { ApiKeys, generateKey, hashKey } from '../../src/auth/api-keys.ts'
 import { ManualClock } from '../../src/clock.ts'
 import { StoreUnavailableError } from '../../src/errors.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
@@ -65,5 +65,28 @@ describe('API key verification while ClickHouse is away', () => {
       clock.advance(60_000)
       await expect(keys.verify(key)).resolves.toBeNull()
     })
+  })
+})
+
+describe('API keys nobody has (issue 9: floods of made-up keys)', () => {
+  it('refuses a key not shaped like one without a read, and remembers an unknown one for the TTL', async () => {
+    const clock = new ManualClock()
+    const keys = new ApiKeys(clickhouse, { clock, cacheTtlMs: 5000 })
+    const madeUp = generateKey().key
+    expect(await keys.verify(madeUp)).toBeNull() // one read: nobody has it
+    await withClickHouseDown(async () => {
+      // No read for either: a malformed key never needs one, an unknown one is remembered.
+      for (const bad of ['br_', 'br_zzzzzzzzzzzz_x', `${madeUp}x`, 'sk-live-123', madeUp.replace('br_', 'br-')]) expect(await keys.verify(bad)).toBeNull()
+      expect(await keys.verify(madeUp)).toBeNull()
+      clock.advance(5001)
+      // Forgotten after the TTL: a key created meanwhile elsewhere is not refused for long.
+      await expect(keys.verify(madeUp)).rejects.toBeInstanceOf(StoreUnavailableError)
+    })
+  })
+
+  it('lets a key created through this instance in at once, even after it was tried as unknown', async () => {
+    const keys = new ApiKeys(clickhouse, { clock: new ManualClock(), cacheTtlMs: 5000 })
+    const { key } = await keys.create('dave')
+    expect(await keys.verify(key)).toMatchObject({ userId: 'dave' })
   })
 })

@@ -1,0 +1,27 @@
+/**
+ * A flood of made-up API keys (issue 9): POST /events with a new well-formed key nobody has
+ * on every request, from `--connections` connections for `--duration` seconds, as an attacker
+ * or a misconfigured fleet would send. Prints one JSON line: requests per second and the
+ * status codes it got. Run by bench/run.ts beside a fixed-rate load of a real key.
+ */
+import { parseArgs } from 'node:util'
+import autocannon from 'autocannon'
+import { generateKey } from '../src/auth/api-keys.ts'
+import { benchBody } from './load.ts'
+
+const { values } = parseArgs({ options: { url: { type: 'string' }, connections: { type: 'string' }, duration: { type: 'string' } }, strict: true })
+if (!values.url) throw new Error('--url is required')
+const base = new URL(values.url)
+if (base.hostname !== '127.0.0.1') throw new Error(`refusing to load anything but 127.0.0.1 (got ${base.hostname})`)
+const body = benchBody('flood-agent')
+const r = await autocannon({
+  url: new URL('/events', base).href,
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  requests: [{ method: 'POST', setupRequest: (req) => ({ ...req, body, headers: { ...req.headers, 'x-api-key': generateKey().key } }) }],
+  connections: Number(values.connections ?? 10),
+  duration: Number(values.duration ?? 10),
+  pipelining: 1,
+})
+const statusCodes = Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, s]) => [code, s.count ?? 0]))
+console.log(JSON.stringify({ requestsPerSec: r.duration > 0 ? r.requests.sent / r.duration : 0, statusCodes, errors: r.errors }))
