@@ -11,6 +11,8 @@ export interface Metrics {
   shipFailures: Counter
   /** Rows ClickHouse refused for their content, moved to dead_letters. */
   deadLetters: Counter
+  /** Quantities of counted llm_calls that the price data has no price for, by name. */
+  unpricedQuantities: Counter<'quantity'>
   /** A batch of the journal is in ClickHouse. */
   shipped(s: { rows: number; durationMs: number; waitedMs: number[] }): void
 }
@@ -51,6 +53,12 @@ export function createMetrics(sources: {
   return {
     registry,
     shipFailures: new Counter({ name: 'burnrate_ship_failures_total', help: 'Failed attempts to store a journal batch (retried)', registers: [registry] }),
+    unpricedQuantities: new Counter({
+      name: 'burnrate_unpriced_quantities_total',
+      help: 'Quantities of counted llm_calls (usage objects) that the price data has no price for, by quantity: stored on the event, not charged',
+      labelNames: ['quantity'],
+      registers: [registry],
+    }),
     deadLetters: new Counter({ name: 'burnrate_ship_dead_letters_total', help: 'Journal rows ClickHouse refused for their content, moved to the dead_letters table', registers: [registry] }),
     shipped(s) {
       shipBatches.inc()

@@ -133,6 +133,9 @@ export async function openServices(
     log,
     // The segment log knows its backlog at once: a full batch ships without waiting.
     onRecorded: segmentLog ? () => segmentLog.backlog().rows >= config.ship.maxRows && shipper?.kick() : undefined,
+    onUnpriced: (quantities) => {
+      for (const quantity of quantities) metrics.unpricedQuantities.inc({ quantity })
+    },
   })
   if (memory && segmentLog) {
     const transitions = await rebuildHotState(clickhouse, memory, clock.now(), segmentLog.unshipped())

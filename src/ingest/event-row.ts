@@ -1,19 +1,26 @@
 import type { PriceTable } from '../pricing/price-table.ts'
+import { extractQuantities, type Quantities } from '../pricing/usage.ts'
 import type { EventBody } from '../schemas/event.ts'
 import { toChDateTime64us } from '../storage/clickhouse.ts'
 import type { EventRow } from '../storage/events.ts'
 
-/** The events row of an accepted event, priced (SPEC.md 4.1 cost rules), received at `micros`. */
+/**
+ * The events row of an accepted event, priced (SPEC.md 4.1 cost rules), received at `micros`.
+ * An llm_call carries the token fields, or the provider's usage object (issue 10), whose
+ * quantities the price library extracts and prices; either way the row keeps every quantity
+ * next to the cost, and the four token columns. Throws a 400 problem for a usage object the
+ * library cannot read: nothing is counted or stored then.
+ */
 export function eventRow(prices: PriceTable, userId: string, eventId: string, e: EventBody, micros: number): EventRow {
-  const priced =
-    e.event_type === 'llm_call'
-      ? prices.cost(e.model!, {
-          input_tokens: e.input_tokens,
-          output_tokens: e.output_tokens,
-          cache_read_tokens: e.cache_read_tokens,
-          cache_write_tokens: e.cache_write_tokens,
-        })
-      : { costNano: 0, fallback: false }
+  let quantities: Quantities = {}
+  let priced = { costNano: 0, fallback: false, unpriced: [] as string[] }
+  if (e.event_type === 'llm_call' && e.usage !== undefined) {
+    quantities = extractQuantities(e.provider!, e.api_flavor, e.model!, e.usage)
+    priced = prices.costOfUsage(e.model!, e.provider!, quantities)
+  } else if (e.event_type === 'llm_call') {
+    for (const k of ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const) if (e[k]) quantities[k] = e[k]
+    priced = { ...prices.cost(e.model!, { input_tokens: e.input_tokens ?? 0, output_tokens: e.output_tokens ?? 0, cache_read_tokens: e.cache_read_tokens, cache_write_tokens: e.cache_write_tokens }), unpriced: [] }
+  }
   return {
     user_id: userId,
     agent_id: e.agent_id,
@@ -21,10 +28,12 @@ export function eventRow(prices: PriceTable, userId: string, eventId: string, e:
     event_id: eventId,
     event_type: e.event_type,
     model: e.model ?? '',
-    input_tokens: e.input_tokens,
-    output_tokens: e.output_tokens,
-    cache_read_tokens: e.cache_read_tokens,
-    cache_write_tokens: e.cache_write_tokens,
+    input_tokens: quantities.input_tokens ?? e.input_tokens ?? 0,
+    output_tokens: quantities.output_tokens ?? e.output_tokens ?? 0,
+    cache_read_tokens: quantities.cache_read_tokens ?? e.cache_read_tokens ?? 0,
+    cache_write_tokens: quantities.cache_write_tokens ?? e.cache_write_tokens ?? 0,
+    quantities,
+    unpriced_quantities: priced.unpriced,
     tool_name: e.tool_name ?? null,
     metadata: e.metadata ? JSON.stringify(e.metadata) : '',
     cost_nano: priced.costNano,

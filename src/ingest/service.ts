@@ -25,6 +25,8 @@ export interface IngestDeps {
   log: FastifyBaseLogger
   /** Told after each event counted (the embedded shipper ships a full batch at once). */
   onRecorded?: () => void
+  /** Told the quantities of a counted event that the price data has no price for (a metric). */
+  onUnpriced?: (quantities: readonly string[]) => void
 }
 
 /**
@@ -52,6 +54,7 @@ export class IngestService {
     )
     if (step.counted) {
       this.#d.onRecorded?.()
+      if (row.unpriced_quantities?.length) this.#d.onUnpriced?.(row.unpriced_quantities)
       announceBudgetPauses(step.transitions, this.#d.log, this.#d.notifier)
     }
     return { eventId, costNano: step.costNano, paused: step.paused, totalNano: step.totalNano, duplicate: !step.counted }

@@ -14,6 +14,7 @@ import type { Nano } from '../money.ts'
 import { genaiPricesCatalogue } from './catalogue.ts'
 import type { CatalogueResolver, Price } from './catalogue.ts'
 import type { PricesFile } from './prices-file.ts'
+import { priceQuantities, type Quantities, type UsageCost } from './usage.ts'
 
 export { genaiPricesCatalogue } from './catalogue.ts'
 export type { CatalogueMatch, CatalogueResolver, Price, TieredPrice } from './catalogue.ts'
@@ -59,6 +60,12 @@ export interface PriceTable {
   lookup(model: string): ModelPrice
   /** cost of one llm_call in integer nano-USD */
   cost(model: string, usage: TokenUsage): { costNano: Nano; fallback: boolean }
+  /**
+   * Cost of one llm_call reported as a provider's usage object (issue 10), from the
+   * quantities the price library extracted: priced by the library for `provider`'s `model`,
+   * by PRICES_FILE prices where it names the model, by the default model's otherwise.
+   */
+  costOfUsage(model: string, provider: string, quantities: Quantities): UsageCost
   readonly defaultModel: string
 }
 
@@ -225,9 +232,30 @@ export function createPriceTable(opts: PriceTableOptions = {}): PriceTable {
     return entry
   }
 
-  return {
+  /** PRICES_FILE prices know the four token counts; anything else they leave unpriced. */
+  function flatCost(model: string, q: Quantities): UsageCost {
+    const { costNano, fallback } = table.cost(model, {
+      input_tokens: q.input_tokens ?? 0,
+      output_tokens: q.output_tokens ?? 0,
+      cache_read_tokens: q.cache_read_tokens,
+      cache_write_tokens: q.cache_write_tokens,
+    })
+    return { costNano, fallback, unpriced: Object.keys(q).filter((k) => !k.endsWith('_tokens')) }
+  }
+
+  const table: PriceTable = {
     defaultModel,
     lookup: (model) => entryFor(model).price,
+    costOfUsage(model, provider, quantities) {
+      if (overrides.has(model)) return flatCost(model, quantities)
+      const now = clock.now()
+      const own = priceQuantities(provider, model, quantities, now)
+      if (own !== null) return { ...own, fallback: false }
+      const d = currentDefault(now)
+      if (d.source === 'override' || d.provider === null) return { ...flatCost(defaultModel, quantities), fallback: true }
+      const byDefault = priceQuantities(d.provider, d.id, quantities, now)
+      return byDefault === null ? { ...flatCost(defaultModel, quantities), fallback: true } : { ...byDefault, fallback: true }
+    },
     cost(model, usage) {
       const input = checkTokens('input_tokens', usage.input_tokens)
       const output = checkTokens('output_tokens', usage.output_tokens)
@@ -254,4 +282,5 @@ export function createPriceTable(opts: PriceTableOptions = {}): PriceTable {
       return { costNano: Number(nano), fallback: e.price.fallback }
     },
   }
+  return table
 }

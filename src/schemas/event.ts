@@ -22,6 +22,7 @@ const metadata = z
   .refine((m) => Buffer.byteLength(JSON.stringify(m)) <= MAX_METADATA_BYTES, `must be at most ${MAX_METADATA_BYTES} bytes as JSON`)
 
 export const EVENT_TYPES = ['llm_call', 'tool_call', 'agent_start', 'agent_end'] as const
+const TOKEN_FIELDS = ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const
 
 /** The body of POST /events (SPEC.md 2.2 plus the optional fields of DECISIONS.md). */
 export const eventBody = z
@@ -30,10 +31,14 @@ export const eventBody = z
     event_type: z.enum(EVENT_TYPES, { error: `must be one of ${EVENT_TYPES.join(', ')}` }),
     event_id: z.uuid('must be a UUID').transform((s) => s.toLowerCase()).optional(),
     model: z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters').optional(),
-    input_tokens: tokens.default(0),
-    output_tokens: tokens.default(0),
-    cache_read_tokens: tokens.default(0),
-    cache_write_tokens: tokens.default(0),
+    input_tokens: tokens.optional(),
+    output_tokens: tokens.optional(),
+    cache_read_tokens: tokens.optional(),
+    cache_write_tokens: tokens.optional(),
+    // The provider's usage object as its SDK returned it, instead of the token fields (issue 10).
+    usage: z.record(z.string(), z.unknown(), { error: "must be an object: the SDK's usage object" }).optional(),
+    provider: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
+    api_flavor: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
     tool_name: z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters').nullable().optional(),
     metadata: metadata.optional(),
   })
@@ -44,8 +49,19 @@ export const eventBody = z
     if (e.event_type === 'tool_call' && (e.tool_name === undefined || e.tool_name === null)) {
       ctx.addIssue({ code: 'custom', path: ['tool_name'], message: 'is required when event_type is tool_call' })
     }
+    if (e.usage !== undefined) {
+      if (e.event_type !== 'llm_call') ctx.addIssue({ code: 'custom', path: ['usage'], message: 'is for llm_call events only' })
+      if (e.provider === undefined) ctx.addIssue({ code: 'custom', path: ['provider'], message: 'is required with usage (the price library\'s provider id, e.g. openai)' })
+      for (const field of TOKEN_FIELDS) {
+        if (e[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: 'must not be sent with usage: send the usage object or the token fields, not both' })
+      }
+      return
+    }
+    for (const field of ['provider', 'api_flavor'] as const) {
+      if (e[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: 'is only sent with usage' })
+    }
     // Cache tokens are parts of input_tokens (DECISIONS.md), so they cannot exceed it.
-    if (e.cache_read_tokens + e.cache_write_tokens > e.input_tokens) {
+    if ((e.cache_read_tokens ?? 0) + (e.cache_write_tokens ?? 0) > (e.input_tokens ?? 0)) {
       ctx.addIssue({ code: 'custom', path: ['cache_read_tokens'], message: 'cache_read_tokens + cache_write_tokens must not exceed input_tokens' })
     }
   })

@@ -1,0 +1,95 @@
+/**
+ * A provider's usage object as its SDK returns it (issue 10): the quantities in it are read
+ * by the price library's own extractors (@pydantic/genai-prices `extractUsage`), never by a
+ * mapping kept here, and priced by the library's own calculation (`calcPrice`), which knows
+ * every quantity its data prices: text, audio, image and video tokens, cache reads and
+ * writes by duration, reasoning, web searches and other per-request charges.
+ */
+import { calcPrice, extractUsage, findProvider, type ExtractPath, type Provider } from '@pydantic/genai-prices'
+import { Problem } from '../errors.ts'
+import type { Nano } from '../money.ts'
+
+/** Quantity name (the library's usage keys: input_tokens, cache_write_1h_tokens, web_searches, …) → count. */
+export type Quantities = Record<string, number>
+
+/** A count no real call reaches; larger is refused rather than priced. */
+const MAX_COUNT = 1_000_000_000_000
+
+const providers = new Map<string, Provider | null>()
+
+function providerOf(id: string): Provider | null {
+  let p = providers.get(id)
+  if (p === undefined) {
+    p = findProvider({ providerId: id }) ?? null
+    providers.set(id, p)
+  }
+  return p
+}
+
+function invalid(field: string, message: string): Problem {
+  return new Problem('invalid_body', `${field}: ${message}`, { errors: [{ field, message }] })
+}
+
+/**
+ * The quantities of `usage`, for `model` at `provider` (its API flavor: `chat` or
+ * `responses` for OpenAI, …; the provider's first when omitted). Throws a 400 naming the
+ * field for an unknown provider or flavor, a usage object the extractor cannot read, or a
+ * count that is not a non-negative integer.
+ */
+export function extractQuantities(providerId: string, apiFlavor: string | undefined, model: string, usage: Record<string, unknown>): Quantities {
+  const provider = providerOf(providerId)
+  if (!provider) throw invalid('provider', `unknown provider ${JSON.stringify(providerId)} (the price library's provider ids: openai, anthropic, google, …)`)
+  const extractors = provider.extractors ?? []
+  const extractor = apiFlavor === undefined ? extractors[0] : extractors.find((e) => e.api_flavor === apiFlavor)
+  if (!extractor) {
+    const known = extractors.map((e) => e.api_flavor).join(', ')
+    throw invalid(apiFlavor === undefined ? 'provider' : 'api_flavor', known ? `${providerId} knows the API flavors ${known}` : `no usage extractor for ${providerId}: send the flat token fields`)
+  }
+  // The extractor reads a whole response; the usage object goes where the response has it.
+  const response: Record<string, unknown> = {}
+  place(response, extractor.model_path, model)
+  place(response, extractor.root, usage)
+  let extracted: Quantities
+  try {
+    extracted = extractUsage(provider, response, extractor.api_flavor).usage as Quantities
+  } catch (err) {
+    throw invalid('usage', `not a ${providerId} ${extractor.api_flavor} usage object: ${err instanceof Error ? err.message.replace('usage.', '') : String(err)}`)
+  }
+  const quantities: Quantities = {}
+  for (const [name, count] of Object.entries(extracted)) {
+    if (count === undefined) continue
+    if (!Number.isSafeInteger(count) || count < 0 || count > MAX_COUNT) throw invalid('usage', `${name} must be a whole number of at least 0, got ${count}`)
+    if (count > 0) quantities[name] = count
+  }
+  return quantities
+}
+
+function place(target: Record<string, unknown>, path: ExtractPath, value: unknown): void {
+  const steps = (typeof path === 'string' ? [path] : path).filter((s): s is string => typeof s === 'string')
+  let at = target
+  for (const step of steps.slice(0, -1)) at = (at[step] ??= {}) as Record<string, unknown>
+  at[steps.at(-1)!] = value
+}
+
+export interface UsageCost {
+  costNano: Nano
+  /** Priced with the default model's prices: the provider's data has no such model. */
+  fallback: boolean
+  /** Quantities the price data has no price for (counted, shown, never silently free). */
+  unpriced: string[]
+}
+
+/**
+ * The cost of `quantities` at `model`'s prices in the library's data, at `at`: its own
+ * calculation, rounded once to whole nano-USD (a total is then the exact sum of its events).
+ * Null when the provider's data has no such model.
+ */
+export function priceQuantities(providerId: string, model: string, quantities: Quantities, at: number): { costNano: Nano; unpriced: string[] } | null {
+  const r = calcPrice(quantities, model, { providerId, timestamp: new Date(at) })
+  if (r === null) return null
+  // A token quantity is a refinement of input or output tokens, priced at its own rate where
+  // the data has one and at its parent's otherwise; a per-request quantity (web searches, …)
+  // has a price of its own, or none.
+  const unpriced = Object.keys(quantities).filter((q) => !q.endsWith('_tokens') && r.model_price[`${q}_kcount`] === undefined)
+  return { costNano: Math.round(r.total_price * 1e9), unpriced }
+}
