@@ -77,41 +77,57 @@ def price(inp: int, out: int, read: int = 0, write: int = 0) -> float:
 
 
 class ConverterTest(unittest.TestCase):
-    def test_openai_chat(self) -> None:
+    """The SDK's usage object goes as it is (as JSON); the server reads the quantities."""
+
+    def test_openai_chat_and_responses_name_their_flavor(self) -> None:
         event = burnrate.from_openai_chat("gpt-4o", OPENAI_CHAT)
-        self.assertEqual(event["event_type"], "llm_call")
-        self.assertEqual(event["model"], "gpt-4o")
-        self.assertEqual(tokens(event), (1000, 500, 400, 0))
+        self.assertEqual(
+            event,
+            {
+                "event_type": "llm_call",
+                "model": "gpt-4o",
+                "provider": "openai",
+                "api_flavor": "chat",
+                "usage": {
+                    "prompt_tokens": 1000,
+                    "completion_tokens": 500,
+                    "total_tokens": 1500,
+                    "prompt_tokens_details": {"cached_tokens": 400},
+                    "completion_tokens_details": {"reasoning_tokens": 100},
+                },
+            },
+        )
+        responses = burnrate.from_openai_responses("o4-mini", OPENAI_RESPONSES)
+        self.assertEqual((responses["provider"], responses["api_flavor"]), ("openai", "responses"))
+        self.assertEqual(responses["usage"]["input_tokens_details"], {"cached_tokens": 1000})
 
-    def test_openai_chat_as_dict_and_with_missing_details(self) -> None:
-        as_dict = {"prompt_tokens": 1000, "completion_tokens": 500, "prompt_tokens_details": {"cached_tokens": 400}}
-        self.assertEqual(tokens(burnrate.from_openai_chat("m", as_dict)), (1000, 500, 400, 0))
-        self.assertEqual(tokens(burnrate.from_openai_chat("m", CompletionUsage(7, 3, None))), (7, 3, 0, 0))
-        self.assertEqual(tokens(burnrate.from_openai_chat("m", CompletionUsage(7, 3, PromptTokensDetails(None)))), (7, 3, 0, 0))
-        self.assertEqual(tokens(burnrate.from_openai_chat("m", None)), (0, 0, 0, 0))
-
-    def test_openai_responses(self) -> None:
-        self.assertEqual(tokens(burnrate.from_openai_responses("gpt-4o", OPENAI_RESPONSES)), (2000, 300, 1000, 0))
-        as_dict = {"input_tokens": 20, "output_tokens": 3, "input_tokens_details": None}
-        self.assertEqual(tokens(burnrate.from_openai_responses("m", as_dict)), (20, 3, 0, 0))
-
-    def test_anthropic_input_gets_the_cache_tokens_added(self) -> None:
-        self.assertEqual(tokens(burnrate.from_anthropic("claude", ANTHROPIC)), (1300, 50, 1000, 200))
-        older = AnthropicUsage(input_tokens=12, output_tokens=5, cache_creation_input_tokens=None, cache_read_input_tokens=None)
-        self.assertEqual(tokens(burnrate.from_anthropic("claude", older)), (12, 5, 0, 0))
-        as_dict = {"input_tokens": 1, "output_tokens": 2, "cache_creation_input_tokens": 3, "cache_read_input_tokens": 4}
-        self.assertEqual(tokens(burnrate.from_anthropic("claude", as_dict)), (8, 2, 4, 3))
-
-    def test_extra_fields_and_builders(self) -> None:
+    def test_anthropic_keeps_what_a_mapping_dropped(self) -> None:
         event = burnrate.from_anthropic("claude", ANTHROPIC, metadata={"step": "plan"})
+        self.assertEqual(event["provider"], "anthropic")
+        self.assertNotIn("api_flavor", event)
+        self.assertEqual(event["usage"]["cache_creation"], {"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 0})
         self.assertEqual(event["metadata"], {"step": "plan"})
+
+    def test_dicts_pydantic_style_models_and_any_provider(self) -> None:
+        class Model:  # a pydantic model's interface
+            def model_dump(self, exclude_none: bool = False) -> Dict[str, Any]:
+                return {"promptTokenCount": 10, "candidatesTokenCount": 2}
+
+        event = burnrate.from_usage("google", "gemini-2.5-flash", Model())
+        self.assertEqual(event["usage"], {"promptTokenCount": 10, "candidatesTokenCount": 2})
+        as_dict = {"prompt_tokens": 7, "completion_tokens": 3, "prompt_tokens_details": None}
+        self.assertEqual(burnrate.from_openai_chat("m", as_dict)["usage"], {"prompt_tokens": 7, "completion_tokens": 3})
+
+    def test_none_usage_is_a_clear_type_error(self) -> None:
+        with self.assertRaisesRegex(TypeError, "usage object is needed, got None"):
+            burnrate.from_openai_chat("m", None)
+        with self.assertRaises(TypeError):
+            burnrate.from_anthropic("m", 12)
+
+    def test_builders(self) -> None:
         self.assertEqual(burnrate.tool_call_event("search"), {"event_type": "tool_call", "tool_name": "search"})
         self.assertEqual(burnrate.start_event({"run": 1}), {"event_type": "agent_start", "metadata": {"run": 1}})
         self.assertEqual(burnrate.end_event(), {"event_type": "agent_end"})
-
-    def test_a_non_integer_count_is_a_type_error(self) -> None:
-        with self.assertRaises(TypeError):
-            burnrate.from_openai_chat("m", {"prompt_tokens": "12"})
 
 
 class ServerCostTest(unittest.TestCase):

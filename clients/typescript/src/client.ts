@@ -3,8 +3,8 @@ import { buildEventBody, checkAgentId, checkTokens } from './event.js'
 import { isObject, requestJson, sleep } from './http.js'
 import type { FetchLike, JsonRequest, RetryPolicy } from './http.js'
 import type { BurnrateEvent, EventExtras, EventResponse, FailMode, LlmUsage, Metadata } from './types.js'
-import { fromAnthropic as anthropicEvent, fromOpenAIChat as openAIChatEvent, fromOpenAIResponses as openAIResponsesEvent, withExtras } from './usage.js'
-import type { AnthropicUsage, OpenAIChatUsage, OpenAIResponsesUsage } from './usage.js'
+import { fromAnthropic as anthropicEvent, fromOpenAIChat as openAIChatEvent, fromOpenAIResponses as openAIResponsesEvent, fromUsage as usageEvent, withExtras } from './usage.js'
+import type { ProviderUsage, UsageSource } from './usage.js'
 
 export interface BurnrateOptions {
   /** Where burnrate listens, e.g. "http://burnrate.internal:8080" (a path prefix is kept). */
@@ -198,19 +198,24 @@ export class Burnrate {
     return this.later(() => withExtras({ event_type: 'agent_end' }, { ...extras, metadata }))
   }
 
-  /** Sends the llm_call of an OpenAI Chat Completions `usage` (see the exported fromOpenAIChat). */
-  fromOpenAIChat(model: string, usage: OpenAIChatUsage, extras?: EventExtras): Promise<boolean> {
+  /** Sends an OpenAI Chat Completions call: `fromOpenAIChat(completion.model, completion.usage)`, the usage object as it is. */
+  fromOpenAIChat(model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean> {
     return this.later(() => openAIChatEvent(model, usage, extras))
   }
 
-  /** Sends the llm_call of an OpenAI Responses API `usage` (see the exported fromOpenAIResponses). */
-  fromOpenAIResponses(model: string, usage: OpenAIResponsesUsage, extras?: EventExtras): Promise<boolean> {
+  /** Sends an OpenAI Responses API call: `fromOpenAIResponses(response.model, response.usage)`. */
+  fromOpenAIResponses(model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean> {
     return this.later(() => openAIResponsesEvent(model, usage, extras))
   }
 
-  /** Sends the llm_call of an Anthropic Messages `usage` (see the exported fromAnthropic). */
-  fromAnthropic(model: string, usage: AnthropicUsage, extras?: EventExtras): Promise<boolean> {
+  /** Sends an Anthropic Messages call: `fromAnthropic(message.model, message.usage)`. */
+  fromAnthropic(model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean> {
     return this.later(() => anthropicEvent(model, usage, extras))
+  }
+
+  /** Sends a call of any provider the price library knows: `fromUsage({ provider: 'google' }, model, response.usageMetadata)`. */
+  fromUsage(source: UsageSource, model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean> {
+    return this.later(() => usageEvent(source, model, usage, extras))
   }
 
   /**

@@ -7,7 +7,8 @@ export const MAX_NAME_LENGTH = 256
 export const MAX_METADATA_BYTES = 16 * 1024
 
 const EVENT_TYPES: readonly EventType[] = ['llm_call', 'tool_call', 'agent_start', 'agent_end']
-const FIELDS = new Set(['event_type', 'model', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'tool_name', 'metadata', 'event_id'])
+const FIELDS = new Set(['event_type', 'model', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'usage', 'provider', 'api_flavor', 'tool_name', 'metadata', 'event_id'])
+const TOKEN_FIELDS = ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const
 
 // eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
@@ -72,7 +73,18 @@ export function buildEventBody(agentId: string, event: BurnrateEvent): EventBody
   else if (e.event_type === 'llm_call') throw new TypeError('burnrate: model is required for an llm_call event')
   if (e.tool_name !== undefined && e.tool_name !== null) body.tool_name = checkName(e.tool_name, 'tool_name')
   else if (e.event_type === 'tool_call') throw new TypeError('burnrate: tool_name is required for a tool_call event')
-  for (const field of ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const) {
+  if (e.usage !== undefined) {
+    // The provider's usage object goes as it is: the server reads it (fromUsage).
+    if (e.event_type !== 'llm_call') throw new TypeError('burnrate: usage is for llm_call events only')
+    if (typeof e.usage !== 'object' || e.usage === null || Array.isArray(e.usage)) throw new TypeError('burnrate: usage must be the provider\'s usage object')
+    if (TOKEN_FIELDS.some((f) => e[f] !== undefined)) throw new TypeError('burnrate: send the usage object or the token fields, not both')
+    body.usage = e.usage as Record<string, unknown>
+    body.provider = checkName(e.provider, 'provider')
+    if (e.api_flavor !== undefined) body.api_flavor = checkName(e.api_flavor, 'api_flavor')
+  } else if (e.provider !== undefined || e.api_flavor !== undefined) {
+    throw new TypeError('burnrate: provider and api_flavor go with usage')
+  }
+  for (const field of TOKEN_FIELDS) {
     if (e[field] !== undefined) body[field] = checkTokens(e[field], field)
   }
   if ((body.cache_read_tokens ?? 0) + (body.cache_write_tokens ?? 0) > (body.input_tokens ?? 0)) {

@@ -19,6 +19,12 @@ export interface BurnrateEvent {
   cache_read_tokens?: number
   /** The part of input_tokens written to the provider's prompt cache. */
   cache_write_tokens?: number
+  /** Instead of the token fields: the provider's usage object as its SDK returned it (see fromUsage). */
+  usage?: Record<string, unknown>
+  /** With usage: the price library's provider id (openai, anthropic, google, …). */
+  provider?: string
+  /** With usage: the provider's API flavor (chat or responses for OpenAI). */
+  api_flavor?: string
   /** Required for tool_call. */
   tool_name?: string | null
   metadata?: Metadata

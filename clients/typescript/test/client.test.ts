@@ -485,14 +485,15 @@ describe('usage helpers on SDK-shaped usage objects, priced by the server', () =
 
     const expected = [
       // 400 × 2 + 600 × 0.5 + 200 × 8 (USD per 1M) = 0.0027 USD
-      { send: () => c.fromOpenAIChat('test-openai', chatUsage), event: fromOpenAIChat('test-openai', chatUsage), tokens: { input_tokens: 1000, output_tokens: 200, cache_read_tokens: 600 }, nano: 2_700_000 },
+      { send: () => c.fromOpenAIChat('test-openai', chatUsage), event: fromOpenAIChat('test-openai', chatUsage), wire: { provider: 'openai', api_flavor: 'chat', usage: chatUsage }, tokens: { input_tokens: 1000, output_tokens: 200, cache_read_tokens: 600 }, nano: 2_700_000 },
       // 600 × 2 + 400 × 0.5 + 300 × 8 = 0.0038 USD
-      { send: () => c.fromOpenAIResponses('test-openai', responsesUsage), event: fromOpenAIResponses('test-openai', responsesUsage), tokens: { input_tokens: 1000, output_tokens: 300, cache_read_tokens: 400 }, nano: 3_800_000 },
+      { send: () => c.fromOpenAIResponses('test-openai', responsesUsage), event: fromOpenAIResponses('test-openai', responsesUsage), wire: { provider: 'openai', api_flavor: 'responses', usage: responsesUsage }, tokens: { input_tokens: 1000, output_tokens: 300, cache_read_tokens: 400 }, nano: 3_800_000 },
       // 100 × 3 + 700 × 0.3 + 200 × 3.75 + 50 × 15 = 0.00201 USD
-      { send: () => c.fromAnthropic('test-anthropic', anthropicUsage), event: fromAnthropic('test-anthropic', anthropicUsage), tokens: { input_tokens: 1000, output_tokens: 50, cache_read_tokens: 700, cache_write_tokens: 200 }, nano: 2_010_000 },
+      { send: () => c.fromAnthropic('test-anthropic', anthropicUsage), event: fromAnthropic('test-anthropic', anthropicUsage), wire: { provider: 'anthropic', usage: anthropicUsage }, tokens: { input_tokens: 1000, output_tokens: 50, cache_read_tokens: 700, cache_write_tokens: 200 }, nano: 2_010_000 },
     ]
     for (const x of expected) {
-      expect(x.event).toEqual({ event_type: 'llm_call', model: x.event.model, ...x.tokens })
+      // The SDK's usage object goes as it is; the server reads the quantities from it.
+      expect(x.event).toEqual({ event_type: 'llm_call', model: x.event.model, ...x.wire })
       expect(await x.send()).toBe(true)
       expect(nano(c.lastResponse!.cost_usd)).toBe(x.nano)
       const sent = eventPosts(p).at(-1)!.body

@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
-import { Burnrate, fromAnthropic, fromOpenAIChat, fromOpenAIResponses, type BurnrateEvent } from '../src/index.ts'
+import { Burnrate, fromAnthropic, fromOpenAIChat, fromOpenAIResponses, fromUsage, type BurnrateEvent } from '../src/index.ts'
 import { parseRetryAfter, backoffDelay } from '../src/http.ts'
 import { randomUuid } from '../src/id.ts'
 
@@ -12,65 +12,43 @@ afterEach(() => {
   vi.unstubAllGlobals()
 })
 
-describe('usage converters', () => {
-  it('OpenAI Chat Completions: prompt_tokens already includes the cached tokens', () => {
-    expect(fromOpenAIChat('gpt-4o', { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500, prompt_tokens_details: { cached_tokens: 1024, audio_tokens: 0 } })).toEqual({
-      event_type: 'llm_call',
-      model: 'gpt-4o',
-      input_tokens: 1200,
-      output_tokens: 300,
-      cache_read_tokens: 1024,
-    })
-    // Older responses and other OpenAI-compatible servers leave the details out or null.
-    expect(fromOpenAIChat('gpt-4o', { prompt_tokens: 10, completion_tokens: 2 })).toEqual({ event_type: 'llm_call', model: 'gpt-4o', input_tokens: 10, output_tokens: 2 })
-    expect(fromOpenAIChat('gpt-4o', { prompt_tokens: 10, completion_tokens: 2, prompt_tokens_details: null })).toEqual({ event_type: 'llm_call', model: 'gpt-4o', input_tokens: 10, output_tokens: 2 })
+describe('usage helpers: the SDK object goes as it is, the server reads it', () => {
+  it('OpenAI Chat Completions and Responses name their API flavor', () => {
+    const chat = { prompt_tokens: 1200, completion_tokens: 300, total_tokens: 1500, prompt_tokens_details: { cached_tokens: 1024, audio_tokens: 0 } }
+    expect(fromOpenAIChat('gpt-4o', chat)).toEqual({ event_type: 'llm_call', model: 'gpt-4o', provider: 'openai', api_flavor: 'chat', usage: chat })
+    const responses = { input_tokens: 5000, input_tokens_details: { cached_tokens: 4096 }, output_tokens: 700, output_tokens_details: { reasoning_tokens: 512 }, total_tokens: 5700 }
+    expect(fromOpenAIResponses('o4-mini', responses)).toEqual({ event_type: 'llm_call', model: 'o4-mini', provider: 'openai', api_flavor: 'responses', usage: responses })
   })
 
-  it('OpenAI Responses: input_tokens includes input_tokens_details.cached_tokens', () => {
-    expect(fromOpenAIResponses('o4-mini', { input_tokens: 5000, input_tokens_details: { cached_tokens: 4096 }, output_tokens: 700, output_tokens_details: { reasoning_tokens: 512 }, total_tokens: 5700 })).toEqual({
-      event_type: 'llm_call',
-      model: 'o4-mini',
-      input_tokens: 5000,
-      output_tokens: 700,
-      cache_read_tokens: 4096,
-    })
-  })
-
-  it('Anthropic: input_tokens excludes the cache, so burnrate input = input + cache creation + cache read', () => {
-    expect(fromAnthropic('claude-sonnet-4-5', { input_tokens: 100, cache_creation_input_tokens: 200, cache_read_input_tokens: 700, output_tokens: 50 })).toEqual({
-      event_type: 'llm_call',
-      model: 'claude-sonnet-4-5',
-      input_tokens: 1000,
+  it('Anthropic, with what the old hand-made mapping dropped: 1-hour cache writes, web searches', () => {
+    const usage = {
+      input_tokens: 100,
+      cache_creation_input_tokens: 200,
+      cache_read_input_tokens: 700,
       output_tokens: 50,
-      cache_read_tokens: 700,
-      cache_write_tokens: 200,
-    })
-    // The SDK sends null when no cache was involved.
-    expect(fromAnthropic('claude-haiku-4-5', { input_tokens: 12, output_tokens: 3, cache_creation_input_tokens: null, cache_read_input_tokens: null })).toEqual({
-      event_type: 'llm_call',
-      model: 'claude-haiku-4-5',
-      input_tokens: 12,
-      output_tokens: 3,
-    })
+      cache_creation: { ephemeral_5m_input_tokens: 50, ephemeral_1h_input_tokens: 150 },
+      server_tool_use: { web_search_requests: 2 },
+    }
+    expect(fromAnthropic('claude-sonnet-4-5', usage)).toEqual({ event_type: 'llm_call', model: 'claude-sonnet-4-5', provider: 'anthropic', usage })
   })
 
-  it('carry metadata and an event id when given', () => {
+  it('any provider the price library knows, with metadata and an event id when given', () => {
     const eventId = '0b0f7a52-9a1c-4c8e-9a54-6f1b1b2f4a10'
-    expect(fromAnthropic('m', { input_tokens: 1, output_tokens: 1 }, { metadata: { step: 3 }, eventId })).toEqual({
+    const usage = { promptTokenCount: 10, candidatesTokenCount: 2 }
+    expect(fromUsage({ provider: 'google' }, 'gemini-2.5-flash', usage, { metadata: { step: 3 }, eventId })).toEqual({
       event_type: 'llm_call',
-      model: 'm',
-      input_tokens: 1,
-      output_tokens: 1,
+      model: 'gemini-2.5-flash',
+      provider: 'google',
+      usage,
       metadata: { step: 3 },
       event_id: eventId,
     })
   })
 
-  it('throw a TypeError for a missing usage or a count that is not a token count', () => {
-    expect(() => fromOpenAIChat('gpt-4o', null as never)).toThrow(TypeError)
-    expect(() => fromOpenAIChat('gpt-4o', undefined as never)).toThrow(/usage object/)
-    expect(() => fromOpenAIResponses('gpt-4o', { input_tokens: -1, output_tokens: 0 })).toThrow(/usage.input_tokens/)
-    expect(() => fromAnthropic('claude', { input_tokens: 1.5, output_tokens: 0 })).toThrow(TypeError)
+  it('take undefined and null usage as the SDKs type it, and refuse it at run time with a clear TypeError', () => {
+    expect(() => fromOpenAIChat('gpt-4o', null)).toThrow(/usage object is needed, got null/)
+    expect(() => fromOpenAIChat('gpt-4o', undefined)).toThrow(/usage object is needed, got undefined .*streamed/)
+    expect(() => fromAnthropic('claude', [] as object)).toThrow(/an array/)
     expect(() => fromAnthropic('', { input_tokens: 1, output_tokens: 0 })).toThrow(/model/)
   })
 })

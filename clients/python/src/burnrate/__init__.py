@@ -14,6 +14,7 @@ from .errors import BurnrateError
 from .usage import (
     end_event,
     from_anthropic,
+    from_usage,
     from_openai_chat,
     from_openai_responses,
     llm_call_event,
@@ -30,6 +31,7 @@ __all__ = [
     "__version__",
     "end_event",
     "from_anthropic",
+    "from_usage",
     "from_openai_chat",
     "from_openai_responses",
     "llm_call_event",

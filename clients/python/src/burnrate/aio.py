@@ -106,6 +106,9 @@ class AsyncBurnrate:
     async def from_openai_responses(self, model: str, usage: Any, **extra: Any) -> bool:
         return await asyncio.to_thread(self._client.from_openai_responses, model, usage, **extra)
 
+    async def from_usage(self, provider: str, model: str, usage: Any, api_flavor: Optional[str] = None, **extra: Any) -> bool:
+        return await asyncio.to_thread(self._client.from_usage, provider, model, usage, api_flavor, **extra)
+
     async def from_anthropic(self, model: str, usage: Any, **extra: Any) -> bool:
         return await asyncio.to_thread(self._client.from_anthropic, model, usage, **extra)
 

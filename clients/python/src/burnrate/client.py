@@ -219,6 +219,10 @@ class Burnrate:
         """Send the llm_call of an OpenAI Responses API ``response.usage``."""
         return self.send(_usage.from_openai_responses(model, usage, **extra))
 
+    def from_usage(self, provider: str, model: str, usage: Any, api_flavor: Optional[str] = None, **extra: Any) -> bool:
+        """Send the llm_call of any provider's usage object (provider: the price library's id)."""
+        return self.send(_usage.from_usage(provider, model, usage, api_flavor, **extra))
+
     def from_anthropic(self, model: str, usage: Any, **extra: Any) -> bool:
         """Send the llm_call of an Anthropic ``message.usage``."""
         return self.send(_usage.from_anthropic(model, usage, **extra))

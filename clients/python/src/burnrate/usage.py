@@ -1,9 +1,12 @@
-"""Event builders and converters from the usage objects of the OpenAI and Anthropic SDKs.
+"""Event builders, and llm_call events that carry a provider SDK's usage object.
 
 Every function here is pure: it returns the event dict (the wire fields of POST /events
-without agent_id and event_id, which the client adds). ``usage`` may be the SDK's object
-(pydantic models, read by attribute), a plain dict (e.g. ``response.model_dump()["usage"]``
-or raw JSON), or None; missing or None counts are 0.
+without agent_id and event_id, which the client adds). A usage object goes to burnrate as it
+is (as JSON): the server reads every quantity in it with the price library's own extractors
+and prices each (audio tokens, cache writes by duration, reasoning, web searches, ...), so
+nothing is mapped, or dropped, here. ``usage`` may be the SDK's object (a pydantic model), a
+plain dict (e.g. raw JSON), or any object with attributes; None, which the SDKs allow, is a
+TypeError (a streamed response reports usage only when asked to).
 """
 
 from __future__ import annotations
@@ -11,27 +14,6 @@ from __future__ import annotations
 from typing import Any, Dict, Mapping, Optional
 
 Event = Dict[str, Any]
-
-
-def _field(obj: Any, name: str) -> Any:
-    if obj is None:
-        return None
-    value = getattr(obj, name, None)
-    if value is None and isinstance(obj, Mapping):
-        value = obj.get(name)
-    return value
-
-
-def _tokens(value: Any, name: str) -> int:
-    if value is None:
-        return 0
-    if isinstance(value, bool):
-        raise TypeError("usage field %s must be an integer, not a bool" % name)
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    raise TypeError("usage field %s must be an integer, got %r" % (name, value))
 
 
 def llm_call_event(
@@ -77,43 +59,47 @@ def _with_metadata(event: Event, metadata: Optional[Mapping[str, Any]]) -> Event
     return event
 
 
-def from_openai_chat(model: str, usage: Any, **extra: Any) -> Event:
-    """OpenAI Chat Completions ``response.usage`` (CompletionUsage).
+def _as_json(value: Any, path: str) -> Any:
+    """The JSON value of an SDK object: pydantic models, mappings, sequences, attributes."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):
+        return _as_json(dump(exclude_none=True), path)
+    if isinstance(value, Mapping):
+        return {str(k): _as_json(v, "%s.%s" % (path, k)) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_as_json(v, "%s[%d]" % (path, i)) for i, v in enumerate(value)]
+    if hasattr(value, "__dict__"):
+        return {k: _as_json(v, "%s.%s" % (path, k)) for k, v in vars(value).items() if not k.startswith("_") and v is not None}
+    raise TypeError("%s is not JSON data: %r" % (path, value))
 
-    prompt_tokens already includes prompt_tokens_details.cached_tokens, as burnrate's
-    input_tokens includes cache_read_tokens; completion_tokens includes reasoning tokens.
-    """
-    prompt = _tokens(_field(usage, "prompt_tokens"), "prompt_tokens")
-    completion = _tokens(_field(usage, "completion_tokens"), "completion_tokens")
-    cached = _tokens(_field(_field(usage, "prompt_tokens_details"), "cached_tokens"), "cached_tokens")
-    return llm_call_event(model, prompt, completion, cache_read_tokens=min(cached, prompt), **extra)
+
+def from_usage(provider: str, model: str, usage: Any, api_flavor: Optional[str] = None, **extra: Any) -> Event:
+    """The llm_call of a provider's usage object, for any provider the price library knows
+    (``provider``: openai, anthropic, google, ...; ``api_flavor`` where it has several)."""
+    if usage is None:
+        raise TypeError("the response's usage object is needed, got None (a streamed response reports usage only when asked to)")
+    body = _as_json(usage, "usage")
+    if not isinstance(body, dict):
+        raise TypeError("usage must be the provider's usage object, got %r" % (usage,))
+    event: Event = {"event_type": "llm_call", "model": model, "provider": provider, "usage": body}
+    if api_flavor is not None:
+        event["api_flavor"] = api_flavor
+    event.update(extra)
+    return event
+
+
+def from_openai_chat(model: str, usage: Any, **extra: Any) -> Event:
+    """OpenAI Chat Completions ``completion.usage`` (CompletionUsage), as it is."""
+    return from_usage("openai", model, usage, api_flavor="chat", **extra)
 
 
 def from_openai_responses(model: str, usage: Any, **extra: Any) -> Event:
-    """OpenAI Responses API ``response.usage`` (ResponseUsage): input_tokens includes
-    input_tokens_details.cached_tokens; output_tokens includes reasoning tokens."""
-    inp = _tokens(_field(usage, "input_tokens"), "input_tokens")
-    out = _tokens(_field(usage, "output_tokens"), "output_tokens")
-    cached = _tokens(_field(_field(usage, "input_tokens_details"), "cached_tokens"), "cached_tokens")
-    return llm_call_event(model, inp, out, cache_read_tokens=min(cached, inp), **extra)
+    """OpenAI Responses API ``response.usage`` (ResponseUsage), as it is."""
+    return from_usage("openai", model, usage, api_flavor="responses", **extra)
 
 
 def from_anthropic(model: str, usage: Any, **extra: Any) -> Event:
-    """Anthropic Messages ``message.usage``.
-
-    Anthropic's input_tokens counts only the uncached input; the tokens written to and
-    read from the prompt cache are reported beside it. burnrate's input_tokens is the
-    whole input, so the three are added.
-    """
-    uncached = _tokens(_field(usage, "input_tokens"), "input_tokens")
-    written = _tokens(_field(usage, "cache_creation_input_tokens"), "cache_creation_input_tokens")
-    read = _tokens(_field(usage, "cache_read_input_tokens"), "cache_read_input_tokens")
-    out = _tokens(_field(usage, "output_tokens"), "output_tokens")
-    return llm_call_event(
-        model,
-        uncached + written + read,
-        out,
-        cache_read_tokens=read,
-        cache_write_tokens=written,
-        **extra,
-    )
+    """Anthropic Messages ``message.usage`` (Usage), as it is."""
+    return from_usage("anthropic", model, usage, **extra)
