@@ -21,6 +21,13 @@ export function eventRow(prices: PriceTable, userId: string, eventId: string, e:
     for (const k of ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const) if (e[k]) quantities[k] = e[k]
     priced = { ...prices.cost(e.model!, { input_tokens: e.input_tokens ?? 0, output_tokens: e.output_tokens ?? 0, cache_read_tokens: e.cache_read_tokens, cache_write_tokens: e.cache_write_tokens }), unpriced: [] }
   }
+  // The tier, as the event names it or (Anthropic) as its usage object does.
+  const reported = e.service_tier ?? (typeof e.usage?.service_tier === 'string' ? e.usage.service_tier : undefined)
+  if (e.event_type === 'llm_call') {
+    const tier = prices.serviceTier(reported)
+    priced.costNano = Math.round(priced.costNano * tier.multiplier)
+    if (!tier.known) priced.unpriced = [...priced.unpriced, 'service_tier']
+  }
   return {
     user_id: userId,
     agent_id: e.agent_id,
@@ -34,6 +41,7 @@ export function eventRow(prices: PriceTable, userId: string, eventId: string, e:
     cache_write_tokens: quantities.cache_write_tokens ?? e.cache_write_tokens ?? 0,
     quantities,
     unpriced_quantities: priced.unpriced,
+    service_tier: reported ?? '',
     tool_name: e.tool_name ?? null,
     metadata: e.metadata ? JSON.stringify(e.metadata) : '',
     cost_nano: priced.costNano,

@@ -14,7 +14,7 @@ import type { Nano } from '../money.ts'
 import { genaiPricesCatalogue } from './catalogue.ts'
 import type { CatalogueResolver, Price } from './catalogue.ts'
 import type { PricesFile } from './prices-file.ts'
-import { priceQuantities, type Quantities, type UsageCost } from './usage.ts'
+import { priceQuantities, providerOfPrices, type Quantities, type UsageCost } from './usage.ts'
 
 export { genaiPricesCatalogue } from './catalogue.ts'
 export type { CatalogueMatch, CatalogueResolver, Price, TieredPrice } from './catalogue.ts'
@@ -66,6 +66,12 @@ export interface PriceTable {
    * by PRICES_FILE prices where it names the model, by the default model's otherwise.
    */
   costOfUsage(model: string, provider: string, quantities: Quantities): UsageCost
+  /**
+   * What a provider's service tier does to a price: the PRICES_FILE multiplier, 1 for the
+   * standard tiers (absent, default, standard, auto); `known: false` for any other tier the
+   * file does not name (priced as standard, and shown as unpriced).
+   */
+  serviceTier(name: string | undefined): { multiplier: number; known: boolean }
   readonly defaultModel: string
 }
 
@@ -232,29 +238,51 @@ export function createPriceTable(opts: PriceTableOptions = {}): PriceTable {
     return entry
   }
 
-  /** PRICES_FILE prices know the four token counts; anything else they leave unpriced. */
-  function flatCost(model: string, q: Quantities): UsageCost {
-    const { costNano, fallback } = table.cost(model, {
-      input_tokens: q.input_tokens ?? 0,
-      output_tokens: q.output_tokens ?? 0,
-      cache_read_tokens: q.cache_read_tokens,
-      cache_write_tokens: q.cache_write_tokens,
-    })
-    return { costNano, fallback, unpriced: Object.keys(q).filter((k) => !k.endsWith('_tokens')) }
+  // PRICES_FILE models as providers of their own, so the price library prices every
+  // quantity of a usage object with the file's prices (built once per model).
+  const fileProviders = new Map<string, ReturnType<typeof providerOfPrices>>()
+  function filePrices(model: string, quantities: Quantities, now: number): { costNano: Nano; unpriced: string[] } | null {
+    const o = overrides.get(model)
+    if (o === undefined) return null
+    let provider = fileProviders.get(model)
+    if (!provider) {
+      const prices: Record<string, number> = { input_mtok: o.input, output_mtok: o.output, ...o.quantities }
+      if (o.cache_read !== undefined) prices.cache_read_mtok = o.cache_read
+      if (o.cache_write !== undefined) prices.cache_write_mtok = o.cache_write
+      fileProviders.set(model, (provider = providerOfPrices(model, prices)))
+    }
+    return priceQuantities(provider.id, model, quantities, now, provider)
   }
+
+  // The price library checks a model's price keys as a set (with input_audio_mtok and
+  // cache_read_mtok, it wants cache_audio_read_mtok too): a file it refuses stops the start.
+  for (const model of overrides.keys()) {
+    try {
+      filePrices(model, {}, clock.now())
+    } catch (err) {
+      throw new Error(`PRICES_FILE models[${JSON.stringify(model)}]: ${err instanceof Error ? err.message : String(err)}`, { cause: err })
+    }
+  }
+
+  const tiers = new Map(Object.entries(opts.overrides?.service_tiers ?? {}))
+  const STANDARD_TIERS = new Set(['default', 'standard', 'auto'])
 
   const table: PriceTable = {
     defaultModel,
     lookup: (model) => entryFor(model).price,
     costOfUsage(model, provider, quantities) {
-      if (overrides.has(model)) return flatCost(model, quantities)
       const now = clock.now()
-      const own = priceQuantities(provider, model, quantities, now)
+      const own = filePrices(model, quantities, now) ?? priceQuantities(provider, model, quantities, now)
       if (own !== null) return { ...own, fallback: false }
       const d = currentDefault(now)
-      if (d.source === 'override' || d.provider === null) return { ...flatCost(defaultModel, quantities), fallback: true }
-      const byDefault = priceQuantities(d.provider, d.id, quantities, now)
-      return byDefault === null ? { ...flatCost(defaultModel, quantities), fallback: true } : { ...byDefault, fallback: true }
+      const byDefault = filePrices(defaultModel, quantities, now) ?? (d.provider === null ? null : priceQuantities(d.provider, d.id, quantities, now))
+      // The default model is priceable (checked at start-up): one of the two answers.
+      return { ...byDefault!, fallback: true }
+    },
+    serviceTier(name) {
+      if (name === undefined || STANDARD_TIERS.has(name)) return { multiplier: tiers.get(name ?? 'standard') ?? 1, known: true }
+      const multiplier = tiers.get(name)
+      return multiplier === undefined ? { multiplier: 1, known: false } : { multiplier, known: true }
     },
     cost(model, usage) {
       const input = checkTokens('input_tokens', usage.input_tokens)

@@ -21,11 +21,22 @@ const modelPriceSchema = z.strictObject({
   output: usdPerMillion,
   cache_read: usdPerMillion.optional(),
   cache_write: usdPerMillion.optional(),
+  /**
+   * Any other quantity, by the price library's price keys (issue 10): USD per 1M tokens for
+   * a `_mtok` key (input_audio_mtok, cache_write_1h_mtok, …), per 1,000 for a `_kcount` key
+   * (web_searches_kcount, requests_kcount). Used for events that carry a usage object.
+   */
+  quantities: z.record(z.string().regex(/^[a-z0-9_]+_(mtok|kcount)$/, 'must be a price key of the price library, e.g. input_audio_mtok or web_searches_kcount'), usdPerMillion).optional(),
 })
 
 export const pricesFileSchema = z.strictObject({
   default_model: modelName.optional(),
-  models: z.record(modelName, modelPriceSchema),
+  models: z.record(modelName, modelPriceSchema).default({}),
+  /**
+   * Multipliers of a provider's service tiers, by the name the provider reports (issue 10):
+   * e.g. {"batch": 0.5, "flex": 0.5, "priority": 1.8}. The price data has none of its own.
+   */
+  service_tiers: z.record(z.string().min(1).max(64), z.number().positive().max(100)).optional(),
 })
 
 export type PricesFile = z.infer<typeof pricesFileSchema>

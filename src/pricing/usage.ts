@@ -71,6 +71,14 @@ function place(target: Record<string, unknown>, path: ExtractPath, value: unknow
   at[steps.at(-1)!] = value
 }
 
+/**
+ * A provider of one model with the given prices (the price library's price keys), so that
+ * PRICES_FILE prices are applied by the library's own calculation, every quantity alike.
+ */
+export function providerOfPrices(model: string, prices: Record<string, number>): Provider {
+  return { id: 'prices-file', name: 'PRICES_FILE', api_pattern: '', models: [{ id: model, match: { equals: model }, prices }] }
+}
+
 export interface UsageCost {
   costNano: Nano
   /** Priced with the default model's prices: the provider's data has no such model. */
@@ -84,8 +92,21 @@ export interface UsageCost {
  * calculation, rounded once to whole nano-USD (a total is then the exact sum of its events).
  * Null when the provider's data has no such model.
  */
-export function priceQuantities(providerId: string, model: string, quantities: Quantities, at: number): { costNano: Nano; unpriced: string[] } | null {
-  const r = calcPrice(quantities, model, { providerId, timestamp: new Date(at) })
+export function priceQuantities(
+  providerId: string,
+  model: string,
+  quantities: Quantities,
+  at: number,
+  provider?: Provider,
+): { costNano: Nano; unpriced: string[] } | null {
+  let r: ReturnType<typeof calcPrice>
+  try {
+    r = calcPrice(quantities, model, provider ? { provider, timestamp: new Date(at) } : { providerId, timestamp: new Date(at) })
+  } catch (err) {
+    // The library refuses counts it cannot price consistently (a part larger than its whole,
+    // an overlap it needs split): the usage object is at fault, not the service.
+    throw invalid('usage', err instanceof Error ? err.message : String(err))
+  }
   if (r === null) return null
   // A token quantity is a refinement of input or output tokens, priced at its own rate where
   // the data has one and at its parent's otherwise; a per-request quantity (web searches, …)

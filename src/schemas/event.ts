@@ -39,12 +39,17 @@ export const eventBody = z
     usage: z.record(z.string(), z.unknown(), { error: "must be an object: the SDK's usage object" }).optional(),
     provider: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
     api_flavor: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
+    // The provider's service tier (OpenAI reports it beside usage; Anthropic's usage holds it).
+    service_tier: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
     tool_name: z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters').nullable().optional(),
     metadata: metadata.optional(),
   })
   .superRefine((e, ctx) => {
     if (e.event_type === 'llm_call' && e.model === undefined) {
       ctx.addIssue({ code: 'custom', path: ['model'], message: 'is required when event_type is llm_call' })
+    }
+    if (e.service_tier !== undefined && e.event_type !== 'llm_call') {
+      ctx.addIssue({ code: 'custom', path: ['service_tier'], message: 'is for llm_call events only' })
     }
     if (e.event_type === 'tool_call' && (e.tool_name === undefined || e.tool_name === null)) {
       ctx.addIssue({ code: 'custom', path: ['tool_name'], message: 'is required when event_type is tool_call' })

@@ -19,8 +19,10 @@ export interface EventRow {
   cache_write_tokens: number
   /** Every billed quantity by the price library's names (issue 10); absent in rows written before it. */
   quantities?: Record<string, number>
-  /** Quantities the price data had no price for. */
+  /** Quantities the price data had no price for ('service_tier' for a tier PRICES_FILE does not price). */
   unpriced_quantities?: string[]
+  /** The provider's service tier, '' when none was reported. */
+  service_tier?: string
   tool_name: string | null
   metadata: string
   cost_nano: Nano
@@ -43,6 +45,7 @@ const eventRow = z.object({
   cache_write_tokens: int,
   quantities: z.record(z.string(), int).default({}),
   unpriced_quantities: z.array(z.string()).default([]),
+  service_tier: z.string().default(''),
   tool_name: z.string().nullable(),
   metadata: z.string(),
   cost_nano: int,
@@ -61,6 +64,7 @@ const storedEvent = eventRow.transform((r) => ({
   cache_write_tokens: r.cache_write_tokens,
   quantities: r.quantities,
   unpriced_quantities: r.unpriced_quantities,
+  service_tier: r.service_tier === '' ? null : r.service_tier,
   tool_name: r.tool_name,
   metadata: r.metadata === '' ? {} : (JSON.parse(r.metadata) as Record<string, unknown>),
   cost_nano: r.cost_nano,
@@ -71,7 +75,7 @@ const storedEvent = eventRow.transform((r) => ({
 export type StoredEvent = z.output<typeof storedEvent>
 
 const EVENT_COLUMNS = `user_id, agent_id, timestamp, event_id, event_type, model, input_tokens, output_tokens,
-  cache_read_tokens, cache_write_tokens, quantities, unpriced_quantities, tool_name, metadata, cost_nano, price_fallback`
+  cache_read_tokens, cache_write_tokens, quantities, unpriced_quantities, service_tier, tool_name, metadata, cost_nano, price_fallback`
 
 /** One INSERT for a batch; the same `token` again stores nothing (see insert()). */
 export function insertEvents(client: ClickHouseClient, rows: readonly EventRow[], token?: string): Promise<void> {
