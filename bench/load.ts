@@ -31,15 +31,12 @@ export const DEFAULT_AGENT_PREFIX = 'bench-agent-'
  * gpt-4o at 1000 input and 500 output tokens: 0.0075 USD, the ceiling's constant cost_usd.
  * A fresh event_id every time, as a client sends it, so no two requests are duplicates.
  */
-export function benchBody(agentId: string): string {
-  return JSON.stringify({
-    agent_id: agentId,
-    event_type: 'llm_call',
-    event_id: randomUUID(),
-    model: 'gpt-4o',
-    input_tokens: 1000,
-    output_tokens: 500,
-  })
+export function benchBody(agentId: string, usageObject = false): string {
+  const counts = usageObject
+    ? // The same call as an OpenAI SDK reports it (issue 10): priced by the price library.
+      { provider: 'openai', api_flavor: 'chat', usage: { prompt_tokens: 1000, completion_tokens: 500, total_tokens: 1500, prompt_tokens_details: { cached_tokens: 0 } } }
+    : { input_tokens: 1000, output_tokens: 500 }
+  return JSON.stringify({ agent_id: agentId, event_type: 'llm_call', event_id: randomUUID(), model: 'gpt-4o', ...counts })
 }
 
 export interface Counts {
@@ -163,6 +160,7 @@ async function main(): Promise<void> {
       'agent-prefix': { type: 'string' },
       rate: { type: 'string' },
       'once-per-agent': { type: 'boolean' },
+      'usage-objects': { type: 'boolean' },
     },
     strict: true,
   })
@@ -185,7 +183,7 @@ async function main(): Promise<void> {
   // One counter for all connections: request n is for agent n mod `agents`.
   const bodies = (agentPrefix: string) => {
     let n = 0
-    return () => benchBody(`${agentPrefix}${n++ % agents}`)
+    return () => benchBody(`${agentPrefix}${n++ % agents}`, values['usage-objects'] === true)
   }
   const timed = (agentPrefix: string, seconds: number) =>
     rate === null

@@ -192,6 +192,8 @@ interface Phase {
    * fixed offered rate (req/s) for `duration` seconds.
    */
   load: 'saturation' | 'once-per-agent' | { rate: number }
+  /** Every llm_call as the OpenAI SDK's usage object instead of the token fields. */
+  usageObjects?: boolean
 }
 
 async function load(url: string, apiKey: string, opts: Options, phase: Phase): Promise<LoadSummary> {
@@ -201,6 +203,7 @@ async function load(url: string, apiKey: string, opts: Options, phase: Phase): P
     ...['--agents', String(opts.agents), '--agent-prefix', phase.agentPrefix],
     ...(phase.load === 'once-per-agent' ? ['--once-per-agent'] : []),
     ...(typeof phase.load === 'object' ? ['--rate', String(phase.load.rate)] : []),
+    ...(phase.usageObjects ? ['--usage-objects'] : []),
   ]
   // A pass over the agents is as long as the server takes: bounded by every request timing out.
   const measuredS = phase.load === 'once-per-agent' ? Math.ceil(opts.agents / opts.connections) * REQUEST_TIMEOUT_S : opts.duration
@@ -363,6 +366,8 @@ async function main(): Promise<number> {
     const before = await scrape(burnrate.metrics)
     const bWarm = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' })
     const writes = writePath(before, await scrape(burnrate.metrics), bWarm.durationS)
+    // The same saturation with every call reported as the OpenAI SDK's usage object (issue 10).
+    const bUsage = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', usageObjects: true })
     const bHalf = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: { rate: halfOf(bWarm) } })
     // The same half load while a flood of made-up keys arrives beside it (issue 9): the
     // fleet's latency must stay within 2x of the phase before.
@@ -394,6 +399,7 @@ async function main(): Promise<number> {
         row('ceiling   50 % of saturation', cHalf),
         row('burnrate  saturation, cold (1 event/agent)', bCold),
         row('burnrate  saturation, warm', bWarm),
+        row('burnrate  saturation, usage objects', bUsage),
         row('burnrate  50 % of saturation', bHalf),
         row('burnrate  50 %, unknown-key flood beside', bFlood),
       ]),
@@ -412,6 +418,7 @@ async function main(): Promise<number> {
         ['burnrate/ceiling', 'req/s', 'p50', 'p99', 'max'],
         ratios('saturation, cold', bCold, cSat, true),
         ratios('saturation, warm', bWarm, cSat, true),
+        ratios('saturation, usage objects', bUsage, cSat, true),
         ratios('50 % of saturation', bHalf, cHalf, false),
       ]),
     )
@@ -419,6 +426,7 @@ async function main(): Promise<number> {
       `write path, warm saturation: ${fmt(writes.insertsPerSec, 2)} ClickHouse INSERTs of events per second` +
         ` (${writes.source}); acknowledgement to readable in ClickHouse p99 ${writes.lagP99} s`,
     )
+    console.log(`usage objects: ${ratio(bUsage.requestsPerSec, bWarm.requestsPerSec)} of the token fields' throughput in this run (target ≥ 0.90)`)
     const codes = Object.entries(flooded.statusCodes).map(([code, n]) => `${fmt(n)} × ${code}`).join(', ')
     console.log(
       `unknown-key flood: ${fmt(flooded.requestsPerSec)} req/s from one address (${codes || 'no answers'}, ${fmt(flooded.errors)} errors);` +
@@ -433,7 +441,7 @@ async function main(): Promise<number> {
 
     // 4. The check: every acknowledged event is stored once; events cut off when autocannon
     //    stopped (sent, unanswered) may or may not have been stored, so they bound the excess.
-    const loads = [bCold, bWarm, bHalf, bFlood]
+    const loads = [bCold, bWarm, bUsage, bHalf, bFlood]
     const acked = loads.reduce((sum, b) => sum + b.ok + (b.warmup?.ok ?? 0), 0)
     const unanswered = loads.reduce((sum, b) => sum + cutOff(b) + (b.warmup ? cutOff(b.warmup) : 0), 0)
     const excess = stored - acked

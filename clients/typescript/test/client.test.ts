@@ -1,4 +1,6 @@
 import { randomUUID } from 'node:crypto'
+import type Anthropic from '@anthropic-ai/sdk'
+import type OpenAI from 'openai'
 import { writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
@@ -456,8 +458,9 @@ describe('usage helpers on SDK-shaped usage objects, priced by the server', () =
     const p = await proxy()
     const { c, errors } = make(id, { baseUrl: p.url })
 
+    // Typed with the SDKs' own types (dev dependencies of these tests, not of the client).
     // ChatCompletion.usage: prompt_tokens includes the cached ones.
-    const chatUsage = {
+    const chatUsage: OpenAI.CompletionUsage = {
       prompt_tokens: 1000,
       completion_tokens: 200,
       total_tokens: 1200,
@@ -465,15 +468,15 @@ describe('usage helpers on SDK-shaped usage objects, priced by the server', () =
       completion_tokens_details: { reasoning_tokens: 64, audio_tokens: 0, accepted_prediction_tokens: 0, rejected_prediction_tokens: 0 },
     }
     // Response.usage (Responses API).
-    const responsesUsage = {
+    const responsesUsage: OpenAI.Responses.ResponseUsage = {
       input_tokens: 1000,
-      input_tokens_details: { cached_tokens: 400 },
+      input_tokens_details: { cached_tokens: 400, cache_write_tokens: 0 },
       output_tokens: 300,
       output_tokens_details: { reasoning_tokens: 128 },
       total_tokens: 1300,
     }
     // Message.usage (Anthropic): input_tokens excludes the cache.
-    const anthropicUsage = {
+    const anthropicUsage: Anthropic.Usage = {
       input_tokens: 100,
       cache_creation_input_tokens: 200,
       cache_read_input_tokens: 700,
@@ -481,6 +484,9 @@ describe('usage helpers on SDK-shaped usage objects, priced by the server', () =
       output_tokens: 50,
       server_tool_use: null,
       service_tier: 'standard',
+      inference_geo: null,
+      output_tokens_details: null,
+      speed: null,
     }
 
     const expected = [
