@@ -1,19 +1,13 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { eventually, LLM_CALL_USD, llmCall, startHarness, unique, withEventsTableGone, type Harness } from './helpers/harness.ts'
-import { startRedis } from './helpers/redis.ts'
+import { deploymentModes } from './helpers/redis.ts'
 
 // Issue 8: ClickHouse is not on the path of POST /events. When it refuses, events are
 // answered from the journal, which holds them until ClickHouse takes them again: the
 // segment log embedded, this instance's Redis streams with REDIS_URL.
-let redis: Awaited<ReturnType<typeof startRedis>> | null = null
-afterAll(async () => {
-  await redis?.stop()
-})
-const modes: Array<[string, () => Promise<Record<string, string>>]> = [
-  ['embedded', async () => ({})],
-  ['REDIS_URL', async () => ({ REDIS_URL: (redis ??= await startRedis()).url })],
-]
+const { modes, stop } = deploymentModes()
+afterAll(stop)
 
 describe.each(modes)('POST /events while ClickHouse refuses to store (%s)', (_mode, modeEnv) => {
   let h: Harness

@@ -3,7 +3,7 @@ import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { MAX_DEPTH } from '../src/schemas/well-formed.ts'
 import { llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
-import { startRedis } from './helpers/redis.ts'
+import { deploymentModes } from './helpers/redis.ts'
 
 /**
  * Issue 9: strings that are not well-formed Unicode and data nested too deep are refused at
@@ -11,14 +11,8 @@ import { startRedis } from './helpers/redis.ts'
  * nothing; well-formed strings are stored exactly as sent. Both modes: what is refused never
  * reaches the hot state, the journal or ClickHouse, whichever they are.
  */
-let redis: Awaited<ReturnType<typeof startRedis>> | null = null
-afterAll(async () => {
-  await redis?.stop()
-})
-const modes: Array<[string, () => Promise<Record<string, string>>]> = [
-  ['embedded', async () => ({})],
-  ['REDIS_URL', async () => ({ REDIS_URL: (redis ??= await startRedis()).url })],
-]
+const { modes, stop } = deploymentModes()
+afterAll(stop)
 
 /** A string holding one lone surrogate (high or low), between ASCII text. */
 const withLoneSurrogate = fc

@@ -93,3 +93,20 @@ async function freePort(): Promise<number> {
   if (address === null || typeof address === 'string') throw new Error('no TCP port')
   return address.port
 }
+
+/**
+ * The two deployments a test file runs its cases in: embedded, and REDIS_URL on a
+ * redis-server of the file's own, started on first use. `stop()` goes in afterAll.
+ */
+export function deploymentModes(): { modes: Array<[string, () => Promise<Record<string, string>>]>; stop(): Promise<void> } {
+  let server: ReturnType<typeof startRedis> | null = null
+  return {
+    modes: [
+      ['embedded', async () => ({})],
+      ['REDIS_URL', async () => ({ REDIS_URL: (await (server ??= startRedis())).url })],
+    ],
+    async stop() {
+      await (await server)?.stop()
+    },
+  }
+}
