@@ -50,19 +50,38 @@ export function extractQuantities(providerId: string, apiFlavor: string | undefi
   const response: Record<string, unknown> = {}
   place(response, extractor.model_path, model)
   place(response, extractor.root, usage)
-  let extracted: Quantities
-  try {
-    extracted = extractUsage(provider, response, extractor.api_flavor).usage as Quantities
-  } catch (err) {
-    throw invalid('usage', `not a ${providerId} ${extractor.api_flavor} usage object: ${err instanceof Error ? err.message.replace('usage.', '') : String(err)}`)
-  }
   const quantities: Quantities = {}
-  for (const [name, count] of Object.entries(extracted)) {
-    if (count === undefined) continue
-    if (!Number.isSafeInteger(count) || count < 0 || count > MAX_COUNT) throw invalid('usage', `${name} must be a whole number of at least 0, got ${count}`)
-    if (count > 0) quantities[name] = count
+  add(quantities, read(provider, extractor.api_flavor, response, 'usage'))
+  // Anthropic's compaction (beta) reports the work of each compaction as an entry of
+  // usage.iterations, shaped as a usage object and NOT included in the top-level counts
+  // (@anthropic-ai/sdk BetaUsage.iterations): each is read by the same extractor and added.
+  const iterations = (usage as { iterations?: unknown }).iterations
+  if (Array.isArray(iterations)) {
+    iterations.forEach((entry: unknown, i) => {
+      if (typeof entry !== 'object' || entry === null || (entry as { type?: unknown }).type !== 'compaction') return
+      const one: Record<string, unknown> = {}
+      place(one, extractor.model_path, model)
+      place(one, extractor.root, entry)
+      add(quantities, read(provider, extractor.api_flavor, one, `usage.iterations.${i}`))
+    })
   }
   return quantities
+}
+
+function read(provider: Provider, flavor: string, response: unknown, field: string): Quantities {
+  try {
+    return extractUsage(provider, response, flavor).usage as Quantities
+  } catch (err) {
+    throw invalid(field, `not a ${provider.id} ${flavor} usage object: ${err instanceof Error ? err.message.replace('usage.', '') : String(err)}`)
+  }
+}
+
+function add(into: Quantities, counts: Quantities): void {
+  for (const [name, count] of Object.entries(counts)) {
+    if (count === undefined) continue
+    if (!Number.isSafeInteger(count) || count < 0 || count > MAX_COUNT) throw invalid('usage', `${name} must be a whole number of at least 0, got ${count}`)
+    if (count > 0) into[name] = (into[name] ?? 0) + count
+  }
 }
 
 function place(target: Record<string, unknown>, path: ExtractPath, value: unknown): void {

@@ -135,6 +135,27 @@ describe('llm_call with the provider usage object', () => {
     expect(Math.round(agent.cost_by_model[0].cost_usd * 1e9)).toBe(expected.nano)
   })
 
+  it("adds Anthropic's compaction iterations, which the top-level counts leave out", async () => {
+    const key = await h.key(unique('u'))
+    // BetaUsage: a compaction entry's tokens are not in the top-level fields; message entries are.
+    const usage = {
+      input_tokens: 1000,
+      output_tokens: 100,
+      cache_creation_input_tokens: 0,
+      cache_read_input_tokens: 0,
+      iterations: [
+        { type: 'message', input_tokens: 1000, output_tokens: 100, cache_creation_input_tokens: 0, cache_read_input_tokens: 0 },
+        { type: 'compaction', input_tokens: 4000, output_tokens: 500, cache_creation_input_tokens: 0, cache_read_input_tokens: 2000, cache_creation: null },
+      ],
+    }
+    const res = await post(key, { agent_id: 'compacting', event_type: 'llm_call', model: 'claude-sonnet-4-5', provider: 'anthropic', usage })
+    expect(res.statusCode).toBe(200)
+    // (1,000 + 4,000) uncached × $3/M + 2,000 cache read × $0.30/M + 600 out × $15/M = $0.0246
+    expect(Math.round(res.json().cost_usd * 1e9)).toBe(24_600_000)
+    const [stored] = (await h.get('/agents/events', key)).json().events
+    expect(stored.quantities).toEqual({ input_tokens: 7000, output_tokens: 600, cache_read_tokens: 2000 })
+  })
+
   it('stores, shows and counts a quantity the price data has no price for, never silently free', async () => {
     const key = await h.key(unique('u'))
     const usage = { input_tokens: 1000, output_tokens: 100, server_tool_use: { web_search_requests: 2 } }
