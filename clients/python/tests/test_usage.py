@@ -164,6 +164,24 @@ class ServerCostTest(unittest.TestCase):
         self.assertAlmostEqual(self.last_event()["cost_usd"], 0.0019, places=12)
         self.assertEqual(self.last_event()["metadata"], {"turn": 3})
 
+    def test_what_a_mapping_dropped_is_stored(self) -> None:
+        """1-hour cache writes and web searches reach the server; what the prices lack is shown."""
+        usage = {
+            "input_tokens": 100,
+            "output_tokens": 50,
+            "cache_creation_input_tokens": 300,
+            "cache_read_input_tokens": 1000,
+            "cache_creation": {"ephemeral_5m_input_tokens": 100, "ephemeral_1h_input_tokens": 200},
+            "server_tool_use": {"web_search_requests": 3},
+        }
+        self.assertIs(self.br.from_anthropic(TEST_MODEL, usage), True)
+        self.check((1400, 50, 1000, 300))
+        stored = self.last_event()
+        self.assertEqual(stored["quantities"]["cache_write_1h_tokens"], 200)
+        self.assertEqual(stored["quantities"]["web_searches"], 3)
+        # The test model's prices have no web search price: stored, shown, not charged.
+        self.assertEqual(stored["unpriced_quantities"], ["web_searches"])
+
     def test_llm_call_tool_call_start_end(self) -> None:
         self.assertIs(self.br.start({"task": "t1"}), True)
         self.assertIs(self.br.llm_call(TEST_MODEL, 100, 10, cache_read_tokens=40, cache_write_tokens=20), True)
