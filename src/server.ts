@@ -23,7 +23,7 @@ import { keepJournal } from './journal/keeper.ts'
 import { RedisJournal } from './journal/redis-streams.ts'
 import { SegmentLog } from './journal/segment-log.ts'
 import { Shipper, type DeadLetter } from './journal/shipper.ts'
-import type { JournalBacklog } from './journal/types.ts'
+import type { JournalStatus } from './journal/types.ts'
 import { WebhookNotifier } from './notify/webhook.ts'
 import { createPriceTable, loadPricesFile } from './pricing/price-table.ts'
 import { createClickHouse } from './storage/clickhouse.ts'
@@ -43,7 +43,7 @@ export interface Services {
   hotState: HotState
   ingest: IngestService
   /** This instance's journal (the segment log, or its Redis streams): its backlog for /readyz. */
-  journal: { backlog(): JournalBacklog; readonly backlogFull: boolean }
+  journal: JournalStatus
   /** Rows moved to dead_letters since start (/readyz). */
   deadLetters(): number
   shipper: Shipper
@@ -72,7 +72,6 @@ export async function openServices(
   // Two homes for the hot state and its journal (issue 8): in process with a segment log
   // under DATA_DIR, or Redis with its streams, shared by every instance.
   const redis = config.redisUrl ? createRedis(config.redisUrl, log) : null
-  let shipper: Shipper | null = null
   const segmentLog = redis
     ? null
     : await SegmentLog.open({
@@ -115,7 +114,7 @@ export async function openServices(
     metrics.deadLetters.inc()
     log.error({ table: d.table, error: d.error }, 'ClickHouse refused a journal row for its content: moved to the dead_letters table, the rest shipped')
   }
-  shipper = new Shipper({
+  const shipper = new Shipper({
     source: journal,
     clickhouse,
     maxRows: config.ship.maxRows,
@@ -132,7 +131,7 @@ export async function openServices(
     clock,
     log,
     // The segment log knows its backlog at once: a full batch ships without waiting.
-    onRecorded: segmentLog ? () => segmentLog.backlog().rows >= config.ship.maxRows && shipper?.kick() : undefined,
+    onRecorded: segmentLog ? () => segmentLog.backlog().rows >= config.ship.maxRows && shipper.kick() : undefined,
     onUnpriced: (quantities) => {
       for (const quantity of quantities) metrics.unpricedQuantities.inc({ quantity })
     },

@@ -227,29 +227,3 @@ export function agentsFilter(refs: readonly AgentRef[] | undefined): string {
 export function agentsParams(refs: readonly AgentRef[] | undefined): { users?: string[]; agents?: string[] } {
   return refs ? { users: [...new Set(refs.map((r) => r.userId))], agents: [...new Set(refs.map((r) => r.agentId))] } : {}
 }
-
-/** The identity of a stored event: ids are unique per (user, agent). */
-export function eventKey(e: Pick<EventRow, 'user_id' | 'agent_id' | 'event_id'>): string {
-  return `${e.user_id}\0${e.agent_id}\0${e.event_id}`
-}
-
-
-/**
- * Which of these events are stored already, as stored (one query for a batch; the
- * event_id skip index of sql/0006 keeps it from reading the agents' whole history).
- */
-export async function storedEvents(
-  client: ClickHouseClient,
-  rows: ReadonlyArray<Pick<EventRow, 'user_id' | 'agent_id' | 'event_id'>>,
-): Promise<Map<string, EventRow>> {
-  const found = await select(
-    client,
-    `SELECT ${EVENT_COLUMNS} FROM events
-     WHERE user_id IN {users:Array(String)} AND agent_id IN {agents:Array(String)} AND event_id IN {ids:Array(UUID)}
-     LIMIT 1 BY user_id, agent_id, event_id`,
-    { users: [...new Set(rows.map((r) => r.user_id))], agents: [...new Set(rows.map((r) => r.agent_id))], ids: rows.map((r) => r.event_id) },
-    eventRow,
-  )
-  const wanted = new Set(rows.map(eventKey))
-  return new Map(found.filter((r) => wanted.has(eventKey(r))).map((r) => [eventKey(r), r]))
-}

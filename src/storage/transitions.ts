@@ -4,7 +4,7 @@ import type { AgentRef, Transition, TransitionReason } from '../hot-state/types.
 import type { Nano } from '../money.ts'
 import { chDateTimeToMs, toChDateTime } from './clickhouse.ts'
 import { agentsFilter, agentsParams } from './events.ts'
-import { insert, select } from './query.ts'
+import { select } from './query.ts'
 
 /** A row of pause_transitions as burnrate writes it. */
 export interface TransitionRow {
@@ -30,10 +30,6 @@ export function transitionRow(t: Transition): TransitionRow {
     override: t.override,
     total_nano: t.totalNano,
   }
-}
-
-export function insertTransitions(client: ClickHouseClient, transitions: readonly Transition[]): Promise<void> {
-  return insert(client, 'pause_transitions', transitions.map(transitionRow))
 }
 
 const latestRow = z

@@ -3,16 +3,14 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createClickHouse, toChDateTime64us } from '../../src/storage/clickhouse.ts'
+import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { configRow, getConfig, upsertConfig } from '../../src/storage/configs.ts'
 import {
   agentTotals,
   costByModel,
-  eventKey,
   hourlyCost,
   insertEvents,
   seenEvents,
-  storedEvents,
   windowMinutes,
 } from '../../src/storage/events.ts'
 import { migrate, readMigrations } from '../../src/storage/migrations.ts'
@@ -71,19 +69,6 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
     expect(minutes.reduce((s, m) => s + m.llm_calls, 0)).toBe(3)
     const seen = (await seenEvents(client, T)).filter((s) => s.user_id === 'u').map((s) => s.event_id).sort()
     expect(seen).toEqual([id(1), id(2), id(3), id(4)])
-  })
-
-  it('finds which of a batch of events are stored already, as stored', async () => {
-    const id = (n: number) => `00000000-0000-4000-9000-${String(n).padStart(12, '0')}`
-    const stored = row({ event_id: id(1), at: T, agent_id: 'lookup', cost_nano: 42 })
-    await insertEvents(client, [stored, row({ event_id: id(2), at: T, agent_id: 'other' })])
-    const found = await storedEvents(client, [
-      { ...stored, cost_nano: 999, timestamp: toChDateTime64us((T + 5000) * 1000) },
-      row({ event_id: id(2), at: T, agent_id: 'lookup' }), // that id, but another agent's
-      row({ event_id: id(3), at: T, agent_id: 'lookup' }),
-    ])
-    expect([...found.keys()]).toEqual([eventKey(stored)])
-    expect(found.get(eventKey(stored))).toMatchObject({ cost_nano: 42, event_type: 'llm_call', timestamp: stored.timestamp })
   })
 
   it('stores a batch delivered twice with its token once, in events and in the hourly view', async () => {
