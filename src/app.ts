@@ -11,7 +11,7 @@ import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
 import { Problem, StoreUnavailableError, type ProblemCode } from './errors.ts'
 import type { HotState } from './hot-state/types.ts'
-import { JournalFullError, type JournalBacklog } from './journal/types.ts'
+import { JournalFullError, type JournalStatus } from './journal/types.ts'
 import type { IngestService } from './ingest/service.ts'
 import { agentsRoutes } from './routes/agents.ts'
 import { GroupedLocalStore } from './routes/limits.ts'
@@ -46,7 +46,7 @@ export interface AppDeps {
   clock?: Clock
   redis?: Redis | null
   /** This instance's journal, for /readyz. */
-  journal: { backlog(): JournalBacklog; readonly backlogFull: boolean }
+  journal: JournalStatus
   /** Rows moved to dead_letters since start, for /readyz. */
   deadLetters?: () => number
   /** pino-compatible; none (silent) when omitted. */

@@ -1,4 +1,4 @@
-import { JournalFullError, type JournalBacklog, type JournalRow } from '../journal/types.ts'
+import { JournalFullError, type JournalRow, type JournalStatus } from '../journal/types.ts'
 import { configRow } from '../storage/configs.ts'
 import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
@@ -30,9 +30,7 @@ interface AgentEntry {
 }
 
 /** The embedded journal as the in-process hot state writes to it (journal/segment-log.ts). */
-export interface LocalJournal {
-  readonly backlogFull: boolean
-  backlog(): JournalBacklog
+export interface LocalJournal extends JournalStatus {
   /** Synchronous up to the promise it returns, which resolves once the rows are durable. */
   append(rows: readonly JournalRow[], now: number): Promise<void>
   /** Resolves once every row appended so far is durable. */

@@ -178,7 +178,10 @@ export class RedisHotState implements HotState {
         await this.#ensureLoaded(ref, now) // ClickHouse's failures are classified as ClickHouse's
         continue
       }
-      if (reply === FULL) throw new JournalFullError({ ...this.#journal.backlog(), rows: Math.max(this.#journal.backlog().rows, this.#journal.streamRows) })
+      if (reply === FULL) {
+        const backlog = this.#journal.backlog()
+        throw new JournalFullError({ ...backlog, rows: Math.max(backlog.rows, this.#journal.streamRows) })
+      }
       // Only an agent expiring or flushed between loads, or a journal fenced again and again, gets here.
       if (typeof reply === 'string') throw new StoreUnavailableError('Redis', `the hot state of agent ${ref.agentId} answered ${reply}`)
       return reply

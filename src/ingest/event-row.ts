@@ -1,6 +1,6 @@
 import type { PriceTable } from '../pricing/price-table.ts'
 import { extractQuantities, type Quantities } from '../pricing/usage.ts'
-import type { EventBody } from '../schemas/event.ts'
+import { TOKEN_FIELDS, type EventBody } from '../schemas/event.ts'
 import { toChDateTime64us } from '../storage/clickhouse.ts'
 import type { EventRow } from '../storage/events.ts'
 
@@ -18,7 +18,7 @@ export function eventRow(prices: PriceTable, userId: string, eventId: string, e:
     quantities = extractQuantities(e.provider!, e.api_flavor, e.model!, e.usage)
     priced = prices.costOfUsage(e.model!, e.provider!, quantities)
   } else if (e.event_type === 'llm_call') {
-    for (const k of ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const) if (e[k]) quantities[k] = e[k]
+    for (const k of TOKEN_FIELDS) if (e[k]) quantities[k] = e[k]
     priced = { ...prices.cost(e.model!, { input_tokens: e.input_tokens ?? 0, output_tokens: e.output_tokens ?? 0, cache_read_tokens: e.cache_read_tokens, cache_write_tokens: e.cache_write_tokens }), unpriced: [] }
   }
   // The tier, as the event names it or (Anthropic) as its usage object does.

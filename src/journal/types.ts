@@ -48,6 +48,13 @@ export interface JournalBacklog {
   oldestAt: number | null
 }
 
+/** What /readyz, the metrics and the write path's bound see of a journal. */
+export interface JournalStatus {
+  backlog(): JournalBacklog
+  /** The backlog is at the configured bound: writes are refused (503 journal_full). */
+  readonly backlogFull: boolean
+}
+
 /** The reading side of a journal, which the shipper drains. */
 export interface JournalSource {
   /**

@@ -2,7 +2,7 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { FastifyPluginAsync } from 'fastify'
 import { Problem } from '../errors.ts'
 import type { HotState } from '../hot-state/types.ts'
-import type { JournalBacklog } from '../journal/types.ts'
+import type { JournalBacklog, JournalStatus } from '../journal/types.ts'
 
 /**
  * For load balancers: no key. /healthz: the process answers. /readyz: it can take events.
@@ -14,7 +14,7 @@ export const healthRoutes =
   (
     clickhouse: ClickHouseClient,
     hotState: HotState,
-    journal: { backlog(): JournalBacklog; readonly backlogFull: boolean },
+    journal: JournalStatus,
     deadLetters: () => number,
   ): FastifyPluginAsync =>
   async (app) => {

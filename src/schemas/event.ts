@@ -22,7 +22,8 @@ const metadata = z
   .refine((m) => Buffer.byteLength(JSON.stringify(m)) <= MAX_METADATA_BYTES, `must be at most ${MAX_METADATA_BYTES} bytes as JSON`)
 
 export const EVENT_TYPES = ['llm_call', 'tool_call', 'agent_start', 'agent_end'] as const
-const TOKEN_FIELDS = ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const
+/** The flat token fields of an llm_call (or, instead, a usage object). */
+export const TOKEN_FIELDS = ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const
 
 /** The body of POST /events (SPEC.md 2.2 plus the optional fields of DECISIONS.md). */
 export const eventBody = z

@@ -1,6 +1,6 @@
 import { createRequire } from 'node:module'
 import { Redis } from 'ioredis'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { RedisHotState } from '../../src/hot-state/redis.ts'
 import { DEFAULT_POLICY, type AgentLoad, type AgentLoader, type AgentRef, type RecordEvent, type RecordInput } from '../../src/hot-state/types.ts'
 import { RedisJournal } from '../../src/journal/redis-streams.ts'
@@ -174,8 +174,15 @@ describe('redis hot state: two instances on one Redis', () => {
     const fencedStream = a.journal.streamKey(a.journal.partitionOf('u'))
     // Another instance took a for dead (a long pause): a's id is fenced out of every partition.
     const b = new RedisJournal({ redis: await client(), instance: 'b', partitions: DEFAULT_PARTITIONS, maxRows: 1000, prefix: p, leaseMs: 1 })
-    await new Promise((r) => setTimeout(r, 5))
-    const taken = await b.takeOverDead()
+    // a's lease (1 ms, judged by Redis's clock) runs out: b takes its journal over.
+    const taken = await vi.waitFor(
+      async () => {
+        const journals = await b.takeOverDead()
+        if (journals.length === 0) throw new Error("a's lease still runs")
+        return journals
+      },
+      { timeout: 2000, interval: 1 },
+    )
     expect(taken.map((j) => j.instance)).toEqual(['a'])
 
     expect((await a.record(ev(2), T0)).totalNano).toBe(3)
