@@ -220,6 +220,29 @@ async function flood(url: string, seconds: number): Promise<{ requestsPerSec: nu
   return JSON.parse(out.trim().split('\n').at(-1)!) as { requestsPerSec: number; statusCodes: Record<string, number>; errors: number }
 }
 
+/**
+ * CPU seconds (user + system) the process `pid` has used, from /proc (Linux), or null. The
+ * server's CPU per request is a steadier comparison of two kinds of request than their
+ * throughput: the load generator and the rest of the machine share its two cores.
+ */
+function cpuSeconds(pid: number | undefined): number | null {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / 100 // utime and stime, in clock ticks of 1/100 s
+  } catch {
+    return null
+  }
+}
+
+/** `phase` with the CPU microseconds `pid` spent per 2xx answer during it (null off Linux). */
+async function withCpu(pid: number | undefined, phase: Promise<LoadSummary>): Promise<LoadSummary & { cpuUsPerRequest: number | null }> {
+  const before = cpuSeconds(pid)
+  const s = await phase
+  const after = cpuSeconds(pid)
+  const answered = s.ok + (s.warmup?.ok ?? 0)
+  return { ...s, cpuUsPerRequest: before === null || after === null || answered === 0 ? null : ((after - before) * 1e6) / answered }
+}
+
 /** Half the throughput a target sustained at saturation: the offered rate of its latency phase. */
 function halfOf(saturation: LoadSummary): number {
   return Math.max(1, Math.round(saturation.requestsPerSec / 2))
@@ -364,10 +387,15 @@ async function main(): Promise<number> {
     const bCold = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: 'once-per-agent' })
     // Straight after, on the same agents, every one of them known now: no warmup needed.
     const before = await scrape(burnrate.metrics)
-    const bWarm = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' })
+    const pid = burnrate.child.pid
+    const bWarm = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
     const writes = writePath(before, await scrape(burnrate.metrics), bWarm.durationS)
     // The same saturation with every call reported as the OpenAI SDK's usage object (issue 10).
-    const bUsage = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', usageObjects: true })
+    // Then the token fields once more: the share is taken against the mean of the phases
+    // before and after it, so a drift of the machine or of the server over the run (the
+    // journal and ClickHouse growing, a neighbour's load) counts against neither.
+    const bUsage = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', usageObjects: true }))
+    const bFlatAgain = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
     const bHalf = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: { rate: halfOf(bWarm) } })
     // The same half load while a flood of made-up keys arrives beside it (issue 9): the
     // fleet's latency must stay within 2x of the phase before.
@@ -400,6 +428,7 @@ async function main(): Promise<number> {
         row('burnrate  saturation, cold (1 event/agent)', bCold),
         row('burnrate  saturation, warm', bWarm),
         row('burnrate  saturation, usage objects', bUsage),
+        row('burnrate  saturation, token fields again', bFlatAgain),
         row('burnrate  50 % of saturation', bHalf),
         row('burnrate  50 %, unknown-key flood beside', bFlood),
       ]),
@@ -426,7 +455,16 @@ async function main(): Promise<number> {
       `write path, warm saturation: ${fmt(writes.insertsPerSec, 2)} ClickHouse INSERTs of events per second` +
         ` (${writes.source}); acknowledgement to readable in ClickHouse p99 ${writes.lagP99} s`,
     )
-    console.log(`usage objects: ${ratio(bUsage.requestsPerSec, bWarm.requestsPerSec)} of the token fields' throughput in this run (target ≥ 0.90)`)
+    const flatMean = (bWarm.requestsPerSec + bFlatAgain.requestsPerSec) / 2
+    const cpu = [bWarm, bUsage, bFlatAgain].map((b) => b.cpuUsPerRequest)
+    const cpuFlat = cpu[0] != null && cpu[2] != null ? (cpu[0] + cpu[2]) / 2 : null
+    console.log(
+      `usage objects: ${ratio(bUsage.requestsPerSec, flatMean)} of the token fields' throughput in this run` +
+        ` (the mean of the phases before and after it; target ≥ 0.90)` +
+        (cpuFlat !== null && cpu[1] != null
+          ? `; burnrate's CPU per request ${fmt(cpu[1], 0)} µs against ${fmt(cpuFlat, 0)} µs: ${ratio(cpuFlat, cpu[1])} of the token fields' requests per CPU second`
+          : ''),
+    )
     const codes = Object.entries(flooded.statusCodes).map(([code, n]) => `${fmt(n)} × ${code}`).join(', ')
     console.log(
       `unknown-key flood: ${fmt(flooded.requestsPerSec)} req/s from one address (${codes || 'no answers'}, ${fmt(flooded.errors)} errors);` +
@@ -441,7 +479,7 @@ async function main(): Promise<number> {
 
     // 4. The check: every acknowledged event is stored once; events cut off when autocannon
     //    stopped (sent, unanswered) may or may not have been stored, so they bound the excess.
-    const loads = [bCold, bWarm, bUsage, bHalf, bFlood]
+    const loads = [bCold, bWarm, bUsage, bFlatAgain, bHalf, bFlood]
     const acked = loads.reduce((sum, b) => sum + b.ok + (b.warmup?.ok ?? 0), 0)
     const unanswered = loads.reduce((sum, b) => sum + cutOff(b) + (b.warmup ? cutOff(b.warmup) : 0), 0)
     const excess = stored - acked
