@@ -22,18 +22,16 @@
 import { spawn, type ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import { closeSync, createReadStream, openSync, readFileSync } from 'node:fs'
+import { createReadStream, readFileSync } from 'node:fs'
 import { mkdtemp, readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { createInterface } from 'node:readline'
 import { parseArgs } from 'node:util'
 import { summarizeProfile } from './cpu-profile.ts'
+import { BURNRATE, NODE, ROOT, START_TIMEOUT_MS, beforeExit, children, fmt, ratio, run, startBurnrate, stop, table, track, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, REQUEST_TIMEOUT_S, type Counts, type LoadSummary } from './load.ts'
 
-const ROOT = resolve(import.meta.dirname, '..')
-const NODE = process.execPath
-const BURNRATE = join(ROOT, 'bin', 'burnrate.js')
 
 /** A placeholder x-api-key for the ceiling, shaped like a burnrate key (br_<12 hex>_<43 chars>). */
 const CEILING_KEY = `br_000000000000_${'x'.repeat(43)}`
@@ -43,8 +41,6 @@ const STRIPPED_ENV = ['CLICKHOUSE_URL', 'CLICKHOUSE_USER', 'CLICKHOUSE_PASSWORD'
 /** burnrate settings passed through from the environment (printed when set). */
 const PASSED_ENV = ['JOURNAL_FSYNC', 'JOURNAL_MAX_ROWS', 'JOURNAL_LEASE_MS', 'SHIP_INTERVAL_MS', 'SHIP_MAX_ROWS', 'KEY_CACHE_TTL_MS', 'EVENTS_RATE_LIMIT', 'READS_RATE_LIMIT']
 
-const START_TIMEOUT_MS = 60_000
-const STOP_TIMEOUT_MS = 20_000
 
 interface Options {
   connections: number
@@ -74,53 +70,6 @@ function options(): Options {
   }
 }
 
-// ---------------------------------------------------------------------------------------
-// Children
-
-const children = new Set<ChildProcess>()
-
-function track(child: ChildProcess): ChildProcess {
-  children.add(child)
-  child.once('exit', () => children.delete(child))
-  return child
-}
-
-function exited(child: ChildProcess): boolean {
-  return child.exitCode !== null || child.signalCode !== null
-}
-
-/** SIGTERM, then waits for the exit (SIGKILL after STOP_TIMEOUT_MS). */
-async function stop(child: ChildProcess, name: string): Promise<void> {
-  if (exited(child)) return
-  const exit = once(child, 'exit')
-  child.kill('SIGTERM')
-  const timer = setTimeout(() => {
-    console.error(`${name} did not exit ${STOP_TIMEOUT_MS / 1000} s after SIGTERM; killing it`)
-    child.kill('SIGKILL')
-  }, STOP_TIMEOUT_MS)
-  await exit
-  clearTimeout(timer)
-}
-
-/** Rejects when `child` exits before `promise` settles, or after `ms`. */
-async function beforeExit<T>(child: ChildProcess, what: string, ms: number, promise: Promise<T>): Promise<T> {
-  let timer: NodeJS.Timeout | undefined
-  let onExit: ((code: number | null, signal: NodeJS.Signals | null) => void) | undefined
-  try {
-    return await Promise.race([
-      promise,
-      new Promise<never>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`timed out after ${ms / 1000} s waiting for ${what}`)), ms)
-        onExit = (code, signal) => reject(new Error(`exited (${signal ?? code}) while waiting for ${what}`))
-        child.once('exit', onExit)
-      }),
-    ])
-  } finally {
-    clearTimeout(timer)
-    if (onExit) child.off('exit', onExit)
-  }
-}
-
 /** The ceiling server: its URL is the first line of its stdout. */
 async function startCeiling(): Promise<{ child: ChildProcess; url: string }> {
   const child = track(spawn(NODE, [join(ROOT, 'bench', 'ceiling.ts')], { stdio: ['ignore', 'pipe', 'inherit'] }))
@@ -129,57 +78,6 @@ async function startCeiling(): Promise<{ child: ChildProcess; url: string }> {
   lines.close()
   child.stdout!.resume()
   return { child, url: line.trim() }
-}
-
-/**
- * `burnrate serve` on `dataDir`, logging to `logFile` (a file, not a pipe: reading a log pipe
- * would take CPU from the two cores the measurement runs on). Its address comes from the
- * 'burnrate is serving' line, with the address of its metrics (it runs with METRICS_PORT=0).
- */
-async function startBurnrate(env: NodeJS.ProcessEnv, logFile: string, cpuProfDir: string | null): Promise<{ child: ChildProcess; url: string; metrics: string }> {
-  const fd = openSync(logFile, 'a')
-  const args = [...(cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', cpuProfDir] : []), BURNRATE, 'serve']
-  const child = track(spawn(NODE, args, { env, stdio: ['ignore', fd, fd] }))
-  closeSync(fd)
-  const found = (async () => {
-    for (;;) {
-      for (const line of readFileSync(logFile, 'utf8').split('\n')) {
-        if (!line.includes('burnrate is serving')) continue
-        const entry = JSON.parse(line) as { msg?: string; address?: string; metrics?: string }
-        if (entry.msg === 'burnrate is serving' && entry.address && entry.metrics) return { url: entry.address, metrics: entry.metrics }
-      }
-      if (exited(child)) return null
-      await new Promise((r) => setTimeout(r, 100))
-    }
-  })()
-  try {
-    const serving = await beforeExit(child, "burnrate's 'burnrate is serving' log line", START_TIMEOUT_MS, found)
-    if (!serving) throw new Error('burnrate exited before serving')
-    return { child, ...serving }
-  } catch (err) {
-    console.error(`burnrate log (${logFile}), last lines:\n${tail(logFile, 20)}`)
-    throw err
-  }
-}
-
-function tail(file: string, n: number): string {
-  try {
-    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-n).join('\n')
-  } catch {
-    return '(none)'
-  }
-}
-
-/** Runs a child to completion and returns its stdout (stderr passes through). */
-async function run(args: string[], env: NodeJS.ProcessEnv, what: string, timeoutMs: number): Promise<string> {
-  const child = track(spawn(NODE, args, { env, stdio: ['ignore', 'pipe', 'inherit'] }))
-  let out = ''
-  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (out += chunk))
-  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
-  const [code, signal] = (await once(child, 'exit')) as [number | null, NodeJS.Signals | null]
-  clearTimeout(timer)
-  if (code !== 0) throw new Error(`${what} failed (${signal ?? `exit ${code}`})`)
-  return out
 }
 
 /** One phase: `warmup` seconds on agents of their own, then the measured load. */
@@ -218,29 +116,6 @@ async function load(url: string, apiKey: string, opts: Options, phase: Phase): P
 async function flood(url: string, seconds: number): Promise<{ requestsPerSec: number; statusCodes: Record<string, number>; errors: number }> {
   const out = await run([join(ROOT, 'bench', 'flood.ts'), '--url', url, '--connections', '10', '--duration', String(seconds)], process.env, `flood against ${url}`, (seconds + 60) * 1000)
   return JSON.parse(out.trim().split('\n').at(-1)!) as { requestsPerSec: number; statusCodes: Record<string, number>; errors: number }
-}
-
-/**
- * CPU seconds (user + system) the process `pid` has used, from /proc (Linux), or null. The
- * server's CPU per request is a steadier comparison of two kinds of request than their
- * throughput: the load generator and the rest of the machine share its two cores.
- */
-function cpuSeconds(pid: number | undefined): number | null {
-  try {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
-    return (Number(fields[11]) + Number(fields[12])) / 100 // utime and stime, in clock ticks of 1/100 s
-  } catch {
-    return null
-  }
-}
-
-/** `phase` with the CPU microseconds `pid` spent per 2xx answer during it (null off Linux). */
-async function withCpu(pid: number | undefined, phase: Promise<LoadSummary>): Promise<LoadSummary & { cpuUsPerRequest: number | null }> {
-  const before = cpuSeconds(pid)
-  const s = await phase
-  const after = cpuSeconds(pid)
-  const answered = s.ok + (s.warmup?.ok ?? 0)
-  return { ...s, cpuUsPerRequest: before === null || after === null || answered === 0 ? null : ((after - before) * 1e6) / answered }
 }
 
 /** Half the throughput a target sustained at saturation: the offered rate of its latency phase. */
@@ -317,19 +192,6 @@ function failures(s: LoadSummary): number {
 
 // ---------------------------------------------------------------------------------------
 // Output
-
-function fmt(n: number, digits = 0): string {
-  return n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
-}
-
-function ratio(a: number, b: number): string {
-  return b > 0 ? fmt(a / b, 2) : 'n/a'
-}
-
-function table(rows: string[][]): string {
-  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)))
-  return rows.map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  ')).join('\n')
-}
 
 async function logStats(logFile: string): Promise<{ lines: number; warnings: string[] }> {
   let lines = 0

@@ -62,9 +62,16 @@ export class EventIdSet {
 export type Fingerprint = readonly [number, number, number, number]
 
 export function fingerprint(userId: string, agentId: string, eventId: string): Fingerprint {
-  const d = createHash('sha256').update(`${userId}\0${agentId}\0${eventId}`).digest()
+  return fingerprintOf(createHash('sha256').update(`${userId}\0${agentId}\0${eventId}`).digest())
+}
+
+/**
+ * The fingerprint in the first 16 bytes of a SHA-256 of `user\0agent\0event id` at `at`,
+ * computed here or by ClickHouse (storage/events.ts, for a rebuild).
+ */
+export function fingerprintOf(digest: Buffer, at = 0): Fingerprint {
   // The low bit of the first word is set, so no fingerprint is the empty slot's zero.
-  return [(d.readUInt32LE(0) | 1) >>> 0, d.readUInt32LE(4), d.readUInt32LE(8), d.readUInt32LE(12)]
+  return [(digest.readUInt32LE(at) | 1) >>> 0, digest.readUInt32LE(at + 4), digest.readUInt32LE(at + 8), digest.readUInt32LE(at + 12)]
 }
 
 const INITIAL_SLOTS = 64
@@ -72,7 +79,7 @@ const INITIAL_SLOTS = 64
 const MAX_LOAD = 0.8
 
 /** One hour's ids: 16 bytes of fingerprint, 8 of cost and 1 of minute per slot. */
-class FingerprintTable {
+export class FingerprintTable {
   #words = new Uint32Array(INITIAL_SLOTS * 4)
   #costs = new Float64Array(INITIAL_SLOTS)
   #minutes = new Uint8Array(INITIAL_SLOTS)
@@ -110,7 +117,11 @@ class FingerprintTable {
     const w = this.#words
     let i = b & this.#mask
     while (w[i * 4] !== 0) i = (i + 1) & this.#mask
-    w.set([a, b, c, d], i * 4)
+    const at = i * 4
+    w[at] = a
+    w[at + 1] = b
+    w[at + 2] = c
+    w[at + 3] = d
     this.#costs[i] = costNano
     this.#minutes[i] = minuteOffset
   }

@@ -1,10 +1,11 @@
+import type { Nano } from '../money.ts'
 import { JournalFullError, type JournalRow, type JournalStatus } from '../journal/types.ts'
 import { configRow } from '../storage/configs.ts'
 import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
 import { evaluate, manual } from './policy.ts'
-import { EventIdSet, fingerprint } from './dedup.ts'
+import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
 import { RollingWindow } from './window.ts'
 import {
   DEFAULT_POLICY,
@@ -17,7 +18,7 @@ import {
   type RecordEvent,
   type RecordInput,
   type RecordResult,
-  type RestoreData,
+  type Restore,
   type Transition,
   type TransitionReason,
 } from './types.ts'
@@ -159,35 +160,56 @@ export class MemoryHotState implements HotState {
   }
 
   /**
-   * Replaces the whole state with a rebuild (ingest/rebuild.ts) and acts on what it finds:
-   * a crossing stored just before a crash was never acted on, and is now (journaled).
+   * Starts replacing the whole state with a rebuild (ingest/rebuild.ts): the state is
+   * cleared now, filled through the returned Restore, and acted on by its finish(). Events
+   * are fed without ever holding them all: ten million of them once took the process past
+   * its heap as objects (issue 11).
    */
-  async restore(data: RestoreData, now: number): Promise<Transition[]> {
+  beginRestore(now: number): Restore {
     this.#agents.clear()
     this.#byUser.clear()
     this.#seen.clear()
     const nowMinute = minuteOf(now)
-    for (const p of data.policies) {
-      const agent = this.#entry(p)
-      agent.policy = { ...p.policy }
-      agent.configured = true
+    const count = (agent: AgentEntry, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => {
+      this.#seen.add(fp, costNano, minute)
+      agent.window.add(minute, costNano, llmCalls)
     }
-    for (const p of data.pauses) this.#entry(p).pause = { ...p.pause }
-    for (const m of data.minutes) {
-      if (inWindow(m.minute, nowMinute)) this.#entry(m).window.add(m.minute, m.costNano, m.llmCalls)
+    return {
+      agent: (ref) => {
+        const agent = this.#entry(ref)
+        // The run holds all of the agent's stored events, and an id is one agent's: a repeat
+        // (a retry whose first INSERT failed ambiguously) can only be in this run, found
+        // here with one probe instead of one per hour of the whole set.
+        const run = new FingerprintTable()
+        return (fp, costNano, minute, llmCalls) => {
+          if (!inWindow(minute, nowMinute) || run.find(fp) >= 0) return
+          run.add(fp, costNano, 0)
+          count(agent, fp, costNano, minute, llmCalls)
+        }
+      },
+      event: (ref, fp, costNano, minute, llmCalls) => {
+        if (!inWindow(minute, nowMinute) || this.#seen.get(fp, nowMinute) !== undefined) return
+        count(this.#entry(ref), fp, costNano, minute, llmCalls)
+      },
+      policy: (ref, policy) => {
+        const agent = this.#entry(ref)
+        agent.policy = { ...policy }
+        agent.configured = true
+      },
+      pause: (ref, pause) => {
+        this.#entry(ref).pause = { ...pause }
+      },
+      finish: async () => {
+        // A crossing stored just before a crash was never acted on, and is now (journaled).
+        const transitions: Transition[] = []
+        for (const [key, agent] of this.#agents) {
+          const t = this.#evaluate(refOf(key), agent, now, true)
+          if (t) transitions.push(t)
+        }
+        if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
+        return transitions
+      },
     }
-    for (const s of data.seen) {
-      if (!inWindow(s.minute, nowMinute)) continue
-      const fp = fingerprint(s.userId, s.agentId, s.eventId)
-      if (this.#seen.get(fp, nowMinute) === undefined) this.#seen.add(fp, s.costNano, s.minute)
-    }
-    const transitions: Transition[] = []
-    for (const [key, agent] of this.#agents) {
-      const t = this.#evaluate(refOf(key), agent, now, true)
-      if (t) transitions.push(t)
-    }
-    if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
-    return transitions
   }
 
   /** How many agents are held (for tests and metrics). */

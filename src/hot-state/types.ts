@@ -1,3 +1,4 @@
+import type { Fingerprint } from './dedup.ts'
 import type { Nano } from '../money.ts'
 import type { EventRow } from '../storage/events.ts'
 
@@ -87,11 +88,23 @@ export interface AgentSnapshot {
 }
 
 /** Everything the hot state is rebuilt from (storage reads it from ClickHouse). */
-export interface RestoreData {
-  minutes: Array<AgentRef & { minute: number; costNano: Nano; llmCalls: number }>
-  seen: Array<AgentRef & { eventId: string; costNano: Nano; minute: number }>
-  policies: Array<AgentRef & { policy: AgentPolicy }>
-  pauses: Array<AgentRef & { pause: PauseState }>
+/**
+ * A rebuild of the in-process hot state, fed piece by piece (MemoryHotState.beginRestore):
+ * first each agent's stored events in one run, then events from anywhere (the journal's
+ * unshipped tail), the newest config and pause state of each agent, then finish().
+ */
+export interface Restore {
+  /**
+   * A run of ALL of one agent's stored events, oldest first (a repeated id counts at its
+   * first): call it once per agent, before any event().
+   */
+  agent(ref: AgentRef): (fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => void
+  /** One event, counted unless its id is counted already. */
+  event(ref: AgentRef, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number): void
+  policy(ref: AgentRef, policy: AgentPolicy): void
+  pause(ref: AgentRef, pause: PauseState): void
+  /** Acts on what the rebuild found (a crossing stored just before a crash); returns the transitions, journaled. */
+  finish(): Promise<Transition[]>
 }
 
 /**

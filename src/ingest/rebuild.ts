@@ -1,8 +1,9 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { MemoryHotState } from '../hot-state/memory.ts'
-import type { AgentLoad, AgentLoader, AgentPolicy, AgentRef, PauseState, RestoreData, Transition } from '../hot-state/types.ts'
+import { fingerprint } from '../hot-state/dedup.ts'
+import type { AgentLoad, AgentLoader, AgentPolicy, AgentRef, PauseState, Transition } from '../hot-state/types.ts'
 import { allConfigs, type ConfigRow } from '../storage/configs.ts'
-import { seenEvents, windowMinutes } from '../storage/events.ts'
+import { scanWindow, seenEvents, windowMinutes } from '../storage/events.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
 import type { JournalEntry } from '../journal/types.ts'
 import { chDateTimeToMs } from '../storage/clickhouse.ts'
@@ -10,10 +11,11 @@ import { minuteOf, windowStartMs } from '../window.ts'
 
 /**
  * Rebuilds the whole hot state from ClickHouse and the rows of the journal not yet shipped
- * there: the window's per-minute totals (each event id once, wherever it is found), the
- * dedup set, every config and the latest pause state (the newest version, wherever it is
- * found). It replaces the hot state rather than adding to it, so it never counts twice.
- * Returns the transitions the rebuild decided (journaled), for the caller to announce.
+ * there: every event of the window, each id once (wherever it is found: a row shipped whose
+ * commit was not recorded is in both), every config and the latest pause state (the newest
+ * version, wherever it is found). It replaces the hot state rather than adding to it, so it
+ * never counts twice, and streams the window rather than holding it (issue 11). Returns the
+ * transitions the rebuild decided (journaled), for the caller to announce.
  */
 export async function rebuildHotState(
   clickhouse: ClickHouseClient,
@@ -22,41 +24,27 @@ export async function rebuildHotState(
   unshipped: AsyncIterable<JournalEntry> = (async function* () {})(),
 ): Promise<Transition[]> {
   const since = windowStartMs(now)
-  const [minutes, seen, configs, pauses] = await Promise.all([
-    windowMinutes(clickhouse, since),
-    seenEvents(clickhouse, since),
-    allConfigs(clickhouse),
-    latestTransitions(clickhouse),
-  ])
-  const data: RestoreData = {
-    minutes: minutes.map((m) => ({ userId: m.user_id, agentId: m.agent_id, minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })),
-    seen: seen.map((s) => ({ userId: s.user_id, agentId: s.agent_id, eventId: s.event_id, costNano: s.cost_nano, minute: s.minute })),
-    policies: [],
-    pauses: [],
-  }
+  const [configs, pauses] = await Promise.all([allConfigs(clickhouse), latestTransitions(clickhouse)])
+  const restore = hotState.beginRestore(now)
+  await scanWindow(clickhouse, since, (ref) => restore.agent(ref))
   const policies = new NewestPerAgent<AgentPolicy>()
   for (const c of configs) policies.offer(c, c.version, policyOf(c))
   const pauseStates = new NewestPerAgent<PauseState>()
   for (const p of pauses) pauseStates.offer(p, p.version, pauseOf(p))
-  const seenIds = new Set(seen.map((s) => `${s.user_id}\0${s.agent_id}\0${s.event_id}`))
   for await (const { table, row } of unshipped) {
     if (table === 'events') {
-      const id = `${row.user_id}\0${row.agent_id}\0${row.event_id}`
-      if (seenIds.has(id)) continue // shipped already, its commit not recorded: counted once
-      seenIds.add(id)
-      const minute = minuteOf(chDateTimeToMs(row.timestamp))
       const ref = { userId: row.user_id, agentId: row.agent_id }
-      data.minutes.push({ ...ref, minute, costNano: row.cost_nano, llmCalls: row.event_type === 'llm_call' ? 1 : 0 })
-      data.seen.push({ ...ref, eventId: row.event_id, costNano: row.cost_nano, minute })
+      const minute = minuteOf(chDateTimeToMs(row.timestamp))
+      restore.event(ref, fingerprint(row.user_id, row.agent_id, row.event_id), row.cost_nano, minute, row.event_type === 'llm_call' ? 1 : 0)
     } else if (table === 'pause_transitions') {
       pauseStates.offer(row, row.version, pauseOf(row))
     } else {
       policies.offer(row, row.version, policyOf(row))
     }
   }
-  data.policies = policies.values().map(({ ref, value }) => ({ ...ref, policy: value }))
-  data.pauses = pauseStates.values().map(({ ref, value }) => ({ ...ref, pause: value }))
-  return hotState.restore(data, now)
+  for (const { ref, value } of policies.values()) restore.policy(ref, value)
+  for (const { ref, value } of pauseStates.values()) restore.pause(ref, value)
+  return restore.finish()
 }
 
 /** Per agent, the value of the newest version offered (a config, a pause state). */

@@ -3,6 +3,8 @@ import { z } from 'zod'
 import type { AgentRef } from '../hot-state/types.ts'
 import type { Nano } from '../money.ts'
 import { fromChDateTime } from './clickhouse.ts'
+import { fingerprintOf, type Fingerprint } from '../hot-state/dedup.ts'
+import { clickhouseFailure } from './failures.ts'
 import { insert, select } from './query.ts'
 
 /** A row of the events table as burnrate writes it. */
@@ -178,11 +180,11 @@ const minuteRow = z.object({ user_id: z.string(), agent_id: z.string(), minute: 
 export type MinuteRow = z.output<typeof minuteRow>
 
 /**
- * Per-minute totals of every agent since `sinceMs`, for rebuilding the hot state.
+ * Per-minute totals of a batch of agents since `sinceMs`, for loading them into the hot state.
  * An event_id stored twice for an agent (a retry whose first insert failed ambiguously)
  * counts once, as the hot state's dedup does.
  */
-export function windowMinutes(client: ClickHouseClient, sinceMs: number, refs?: readonly AgentRef[]): Promise<MinuteRow[]> {
+export function windowMinutes(client: ClickHouseClient, sinceMs: number, refs: readonly AgentRef[]): Promise<MinuteRow[]> {
   return select(
     client,
     `SELECT user_id, agent_id, minute, sum(cost) AS cost_nano, countIf(llm) AS llm_calls
@@ -201,8 +203,8 @@ export function windowMinutes(client: ClickHouseClient, sinceMs: number, refs?: 
 const seenRow = z.object({ user_id: z.string(), agent_id: z.string(), event_id: z.string(), cost_nano: int, minute: int })
 export type SeenRow = z.output<typeof seenRow>
 
-/** Event ids accepted since `sinceMs`, for rebuilding the dedup set. */
-export function seenEvents(client: ClickHouseClient, sinceMs: number, refs?: readonly AgentRef[]): Promise<SeenRow[]> {
+/** Event ids accepted since `sinceMs` of a batch of agents, for loading them into the hot state. */
+export function seenEvents(client: ClickHouseClient, sinceMs: number, refs: readonly AgentRef[]): Promise<SeenRow[]> {
   return select(
     client,
     `SELECT user_id, agent_id, toString(event_id) AS event_id, argMin(cost_nano, timestamp) AS cost_nano,
@@ -212,6 +214,115 @@ export function seenEvents(client: ClickHouseClient, sinceMs: number, refs?: rea
     { since: sinceMs, ...agentsParams(refs) },
     seenRow,
   )
+}
+
+/** Rows per read of a whole-window scan: a read's result is held whole (chDB materialises it). */
+const SCAN_ROWS = 500_000
+
+/** Receives one agent's events, oldest first: the event id's fingerprint (hot-state/dedup.ts), cost, minute, llm_calls. */
+export type EventSink = (fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => void
+
+/**
+ * Every event since `sinceMs`, agent by agent (all of an agent's events in one run, oldest
+ * first): `onAgent` is called once per agent and returns where its events go. For rebuilding
+ * the in-process hot state without holding the window in memory: ClickHouse computes each
+ * event id's fingerprint, and the rows come as RowBinary in reads of about SCAN_ROWS rows,
+ * whole agents each, in the table's own order (no sort). Ten million events as JSON objects
+ * took the process past its heap (issue 11).
+ */
+export async function scanWindow(
+  client: ClickHouseClient,
+  sinceMs: number,
+  onAgent: (ref: AgentRef) => EventSink,
+  scanRows = SCAN_ROWS,
+): Promise<{ events: number; reads: number }> {
+  const agents = await select(
+    client,
+    `SELECT user_id, agent_id, count() AS events FROM events
+     WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64})
+     GROUP BY user_id, agent_id ORDER BY user_id, agent_id`,
+    { since: sinceMs },
+    z.object({ user_id: z.string(), agent_id: z.string(), events: int }),
+  )
+  // Consecutive agents of one user, up to scanRows events (an agent with more reads alone).
+  const batches: Array<{ userId: string; from: string; to: string }> = []
+  for (let i = 0; i < agents.length; ) {
+    const first = agents[i]!
+    let j = i
+    let rows = 0
+    while (j < agents.length && agents[j]!.user_id === first.user_id && (j === i || rows + agents[j]!.events <= scanRows)) rows += agents[j++]!.events
+    batches.push({ userId: first.user_id, from: first.agent_id, to: agents[j - 1]!.agent_id })
+    i = j
+  }
+  // Each read is in flight while the one before it is decoded: the engine works off the main thread.
+  let events = 0
+  let next = batches.length > 0 ? scanRead(client, sinceMs, batches[0]!) : null
+  for (let b = 0; b < batches.length; b++) {
+    const body = await next!
+    next = b + 1 < batches.length ? scanRead(client, sinceMs, batches[b + 1]!) : null
+    events += decodeRuns(body, batches[b]!.userId, onAgent)
+  }
+  return { events, reads: batches.length }
+}
+
+async function scanRead(client: ClickHouseClient, sinceMs: number, batch: { userId: string; from: string; to: string }): Promise<Buffer> {
+  try {
+    const { stream } = await client.exec({
+      query: `SELECT agent_id,
+                     CAST(substring(SHA256(concat(user_id, '\\0', agent_id, '\\0', toString(event_id))), 1, 16) AS FixedString(16)),
+                     cost_nano, toUInt32(intDiv(toUnixTimestamp64Milli(timestamp), 60000)), toUInt8(event_type = 'llm_call')
+              FROM events
+              WHERE user_id = {user:String} AND agent_id >= {from:String} AND agent_id <= {to:String}
+                AND timestamp >= fromUnixTimestamp64Milli({since:Int64})
+              ORDER BY agent_id, timestamp
+              FORMAT RowBinary`,
+      query_params: { user: batch.userId, from: batch.from, to: batch.to, since: sinceMs },
+    })
+    const chunks: Buffer[] = []
+    for await (const chunk of stream) chunks.push(chunk as Buffer)
+    return chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)
+  } catch (err) {
+    throw clickhouseFailure(err, 'query')
+  }
+}
+
+/** Reads RowBinary rows (agent_id String, fingerprint FixedString(16), cost Int64, minute UInt32, llm UInt8). */
+function decodeRuns(body: Buffer, userId: string, onAgent: (ref: AgentRef) => EventSink): number {
+  let at = 0
+  let rows = 0
+  let agentStart = 0
+  let agentLength = -1
+  let sink: EventSink | null = null
+  while (at < body.length) {
+    // agent_id: a LEB128 length, then its bytes; a new agent when they differ from the last row's.
+    let len = 0
+    for (let shift = 0; ; shift += 7) {
+      const b = body[at++]!
+      len |= (b & 0x7f) << shift
+      if (b < 0x80) break
+    }
+    if (len !== agentLength || !sameBytes(body, agentStart, at, len)) {
+      sink = onAgent({ userId, agentId: body.toString('utf8', at, at + len) })
+      agentStart = at
+      agentLength = len
+    }
+    at += len
+    const fp = fingerprintOf(body, at)
+    // cost_nano: an Int64 that a cost never takes past 2^53.
+    const costNano = body.readUInt32LE(at + 16) + body.readInt32LE(at + 20) * 2 ** 32
+    const minute = body.readUInt32LE(at + 24)
+    const llm = body[at + 28]!
+    at += 29
+    sink!(fp, costNano, minute, llm)
+    rows++
+  }
+  return rows
+}
+
+/** Whether body[a, a + len) and body[b, b + len) hold the same bytes (short ids: a loop beats a native call). */
+function sameBytes(body: Buffer, a: number, b: number, len: number): boolean {
+  for (let k = 0; k < len; k++) if (body[a + k] !== body[b + k]) return false
+  return true
 }
 
 /**

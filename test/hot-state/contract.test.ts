@@ -2,6 +2,7 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
+import { fingerprint } from '../../src/hot-state/dedup.ts'
 import { MemoryHotState } from '../../src/hot-state/memory.ts'
 import { RedisHotState } from '../../src/hot-state/redis.ts'
 import { DEFAULT_POLICY, type AgentLoad, type AgentPolicy, type HotState, type RecordEvent, type RecordInput } from '../../src/hot-state/types.ts'
@@ -283,39 +284,37 @@ describe('memory hot state', () => {
     expect(hs.size).toBe(2) // 'kept' (configured) and 'live'
   })
 
-  it('restore replaces the state (never adds to it), and acts on a stored crossing and journals it', async () => {
+  it('restore replaces the state (never adds to it), counts each id once, and acts on a stored crossing and journals it', async () => {
     const log = await open()
     const hs = new MemoryHotState(log)
     await hs.record(ev(3), T0)
     await drain(log)
-    const transitions = await hs.restore(
-      {
-        minutes: [{ ...ref, minute: Math.floor(T0 / MINUTE_MS), costNano: 2 * USD, llmCalls: 2 }],
-        seen: [{ ...ref, eventId: 'restored', costNano: USD, minute: Math.floor(T0 / MINUTE_MS) }],
-        policies: [{ ...ref, policy: policy(1) }],
-        pauses: [],
-      },
-      T0,
-    )
-    expect((await hs.get(ref, T0)).snapshot).toMatchObject({ totalNano: 2 * USD, llmCalls: 2, configured: true, pause: { paused: true, reason: 'budget' } })
+    const minute = Math.floor(T0 / MINUTE_MS)
+    const restore = hs.beginRestore(T0)
+    const run = restore.agent(ref)
+    run(fingerprint(ref.userId, ref.agentId, 'restored'), USD, minute, 1)
+    run(fingerprint(ref.userId, ref.agentId, 'restored'), USD, minute, 1) // stored twice: counted once
+    run(fingerprint(ref.userId, ref.agentId, 'other'), USD, minute, 1)
+    run(fingerprint(ref.userId, ref.agentId, 'old'), 5 * USD, minute - 24 * 60, 1) // left the window
+    // The journal's tail: one already shipped (in the run above), one not.
+    restore.event(ref, fingerprint(ref.userId, ref.agentId, 'other'), USD, minute, 1)
+    restore.event(ref, fingerprint(ref.userId, ref.agentId, 'tail'), USD, minute, 0)
+    restore.policy(ref, policy(1))
+    const transitions = await restore.finish()
+    expect((await hs.get(ref, T0)).snapshot).toMatchObject({ totalNano: 3 * USD, llmCalls: 2, configured: true, pause: { paused: true, reason: 'budget' } })
     expect(transitions).toEqual([expect.objectContaining({ reason: 'budget', paused: true })])
     expect((await drain(log)).map((r) => r.row.reason)).toEqual(['budget'])
-    const restored = { ...ev(0), eventId: 'restored' }
-    expect(await hs.record(restored, T0)).toMatchObject({ counted: false, costNano: USD })
+    for (const eventId of ['restored', 'other', 'tail']) expect(await hs.record({ ...ev(0), eventId }, T0)).toMatchObject({ counted: false, costNano: USD })
   })
 
   it('restore keeps an override from the last transition', async () => {
     const hs = new MemoryHotState(await open())
-    const transitions = await hs.restore(
-      {
-        minutes: [{ ...ref, minute: Math.floor(T0 / MINUTE_MS), costNano: 2 * USD, llmCalls: 1 }],
-        seen: [],
-        policies: [{ ...ref, policy: policy(1) }],
-        pauses: [{ ...ref, pause: { paused: false, reason: null, override: true } }],
-      },
-      T0,
-    )
-    expect(transitions).toEqual([])
+    const restore = hs.beginRestore(T0)
+    const run = restore.agent(ref)
+    run(fingerprint(ref.userId, ref.agentId, 'a'), 2 * USD, Math.floor(T0 / MINUTE_MS), 1)
+    restore.policy(ref, policy(1))
+    restore.pause(ref, { paused: false, reason: null, override: true })
+    expect(await restore.finish()).toEqual([])
     expect((await hs.get(ref, T0)).snapshot.pause).toEqual({ paused: false, reason: null, override: true })
   })
 })

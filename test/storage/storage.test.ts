@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { fingerprint } from '../../src/hot-state/dedup.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { configRow, getConfig, upsertConfig } from '../../src/storage/configs.ts'
 import {
@@ -10,6 +11,7 @@ import {
   costByModel,
   hourlyCost,
   insertEvents,
+  scanWindow,
   seenEvents,
   windowMinutes,
 } from '../../src/storage/events.ts'
@@ -64,11 +66,58 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
       ['2026-06-01T10:00:00.000Z', 207, 3],
       ['2026-06-01T11:00:00.000Z', 1000, 1],
     ])
-    const minutes = (await windowMinutes(client, T)).filter((m) => m.user_id === 'u')
+    const ua = [{ userId: 'u', agentId: 'a' }]
+    const minutes = (await windowMinutes(client, T, ua)).filter((m) => m.user_id === 'u')
     expect(minutes.reduce((s, m) => s + m.cost_nano, 0)).toBe(1107)
     expect(minutes.reduce((s, m) => s + m.llm_calls, 0)).toBe(3)
-    const seen = (await seenEvents(client, T)).filter((s) => s.user_id === 'u').map((s) => s.event_id).sort()
+    const seen = (await seenEvents(client, T, ua)).filter((s) => s.user_id === 'u').map((s) => s.event_id).sort()
     expect(seen).toEqual([id(1), id(2), id(3), id(4)])
+  })
+
+  it("scans the window agent by agent, oldest first, with each id's fingerprint as the hot state computes it", async () => {
+    const id = (n: number) => `00000000-0000-4000-c000-${String(n).padStart(12, '0')}`
+    const at = T + 86_400_000 * 30 // a window of its own, past the other tests' rows
+    const rows = [
+      row({ event_id: id(1), at: at + 3, user_id: 'scan', agent_id: 'b', cost_nano: 3 }),
+      row({ event_id: id(2), at: at + 1, user_id: 'scan', agent_id: 'b', event_type: 'tool_call', model: '', tool_name: 't', cost_nano: 0 }),
+      row({ event_id: id(3), at: at + 120_000, user_id: 'scan', agent_id: 'a', cost_nano: 5 }),
+      row({ event_id: id(1), at: at + 9, user_id: 'scan', agent_id: 'b', cost_nano: 3 }), // stored twice: both come back
+      row({ event_id: id(4), at, user_id: 'scan', agent_id: 'c', cost_nano: 2 ** 40 }),
+      row({ event_id: id(5), at, user_id: 'scan2', agent_id: 'a', cost_nano: 7 }),
+      row({ event_id: id(6), at: at - 1, user_id: 'scan', agent_id: 'a', cost_nano: 1 }), // before the window
+    ]
+    await insertEvents(client, rows)
+    // One read per agent (scanRows 1) and all agents in one read give the same runs.
+    for (const scanRows of [1, 1_000_000]) {
+      const runs: Array<{ user: string; agent: string; events: Array<[string, number, number, number]> }> = []
+      const scanned = await scanWindow(
+        client,
+        at,
+        (ref) => {
+          const run = { user: ref.userId, agent: ref.agentId, events: [] as Array<[string, number, number, number]> }
+          runs.push(run)
+          return (fp, cost, minute, llm) => run.events.push([fp.join(','), cost, minute, llm])
+        },
+        scanRows,
+      )
+      const fp = (user: string, agent: string, n: number) => fingerprint(user, agent, id(n)).join(',')
+      const m = (ms: number) => Math.floor(ms / 60_000)
+      expect(runs).toEqual([
+        { user: 'scan', agent: 'a', events: [[fp('scan', 'a', 3), 5, m(at + 120_000), 1]] },
+        {
+          user: 'scan',
+          agent: 'b',
+          events: [
+            [fp('scan', 'b', 2), 0, m(at), 0],
+            [fp('scan', 'b', 1), 3, m(at), 1],
+            [fp('scan', 'b', 1), 3, m(at), 1],
+          ],
+        },
+        { user: 'scan', agent: 'c', events: [[fp('scan', 'c', 4), 2 ** 40, m(at), 1]] },
+        { user: 'scan2', agent: 'a', events: [[fp('scan2', 'a', 5), 7, m(at), 1]] },
+      ])
+      expect(scanned).toEqual({ events: 6, reads: scanRows === 1 ? 4 : 2 })
+    }
   })
 
   it('stores a batch delivered twice with its token once, in events and in the hourly view', async () => {

@@ -1,0 +1,191 @@
+/**
+ * The scale scenarios of issue 11: what a large history costs one embedded burnrate.
+ *
+ *   1. An empty store: start-up, then ingest at a fixed rate and reads, as the baseline.
+ *   2. A store seeded with `events` llm_calls of the last 24 h over `agents` agents
+ *      (bench/seed.ts, INSERT … SELECT, not the HTTP API): time to /readyz and peak RSS;
+ *      reads (GET /agents, GET /agents/{id}, GET /agents/{id}/hourly, GET /agents/events)
+ *      and ingest at the same fixed rate; each as p50/p99 and as a ratio to the empty store.
+ *
+ *   node bench/history.ts [--full] [--events N] [--agents N] [--rate R] [--duration S]
+ *
+ * Quick (the default, part of `npm run bench`): 1,000,000 events over 10,000 agents;
+ * --full: 10,000,000 events. Prints a table and a JSON line (the last line) for bench/run.ts.
+ */
+import { mkdtemp, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { parseArgs } from 'node:util'
+import { BURNRATE, ROOT, children, fmt, ratio, run, startBurnrate, stop, table } from './processes.ts'
+import type { LoadSummary } from './load.ts'
+
+const USER = 'bench'
+const PREFIX = 'history-agent-'
+
+export interface Latency {
+  requests: number
+  p50: number
+  p99: number
+  max: number
+}
+
+export interface HistoryResult {
+  events: number
+  agents: number
+  seedSeconds: number
+  empty: Store
+  history: Store
+}
+
+interface Store {
+  readySeconds: number
+  peakRssBytes: number | null
+  ingest: { rate: number; p50: number; p99: number; max: number; ok: number; failed: number }
+  reads: Record<string, Latency>
+}
+
+/** Peak resident set of `pid` (VmHWM), Linux only. */
+async function peakRss(pid: number | undefined): Promise<number | null> {
+  try {
+    const { readFile } = await import('node:fs/promises')
+    const kb = /VmHWM:\s+(\d+) kB/.exec(await readFile(`/proc/${pid}/status`, 'utf8'))?.[1]
+    return kb === undefined ? null : Number(kb) * 1024
+  } catch {
+    return null
+  }
+}
+
+async function waitReady(url: string, started: number, timeoutMs: number): Promise<number> {
+  for (;;) {
+    try {
+      const res = await fetch(new URL('/readyz', url), { signal: AbortSignal.timeout(5_000) })
+      if (res.ok) return (performance.now() - started) / 1000
+    } catch {
+      // not listening yet
+    }
+    if (performance.now() - started > timeoutMs) throw new Error(`not ready after ${timeoutMs / 1000} s`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
+/** `concurrency` loops sending GET `path()` for `seconds`; the latency of every answer. */
+async function sample(url: string, apiKey: string, path: () => string, seconds: number, concurrency = 4): Promise<Latency> {
+  const latencies: number[] = []
+  const until = performance.now() + seconds * 1000
+  const worker = async () => {
+    while (performance.now() < until) {
+      const t = performance.now()
+      const res = await fetch(new URL(path(), url), { headers: { 'x-api-key': apiKey } })
+      await res.arrayBuffer()
+      if (!res.ok) throw new Error(`GET ${path()} answered ${res.status}`)
+      latencies.push(performance.now() - t)
+    }
+  }
+  await Promise.all(Array.from({ length: concurrency }, worker))
+  latencies.sort((a, b) => a - b)
+  const at = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0
+  return { requests: latencies.length, p50: at(0.5), p99: at(0.99), max: latencies.at(-1) ?? 0 }
+}
+
+async function measureStore(dir: string, o: { agents: number; rate: number; duration: number }): Promise<Store> {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    DATA_DIR: dir,
+    PORT: '0',
+    HOST: '127.0.0.1',
+    METRICS_PORT: '0',
+    LOG_LEVEL: 'info',
+    READS_RATE_LIMIT: '100000000',
+  }
+  for (const name of ['CLICKHOUSE_URL', 'REDIS_URL', 'PRICES_FILE']) delete env[name]
+  const started = performance.now()
+  const burnrate = await startBurnrate(env, join(dir, 'burnrate.log'), null, 600_000)
+  try {
+    const readySeconds = await waitReady(burnrate.url, started, 600_000)
+    const peakRssBytes = await peakRss(burnrate.child.pid)
+    const keyOut = await run([BURNRATE, 'keys', 'create', '--user', USER, '--name', 'history', '--rate-limit', '100000000'], env, 'keys create', 60_000)
+    const apiKey = keyOut.trim().split('\n').at(-1)!.trim()
+    const agent = () => `${PREFIX}${Math.floor(Math.random() * o.agents)}`
+    // Ingest at a fixed rate on the same agents (every one with a history in the seeded store).
+    const load = await run(
+      [join(ROOT, 'bench', 'load.ts'), '--url', burnrate.url, '--rate', String(o.rate), '--duration', String(o.duration), '--warmup', '1', '--connections', '50', '--agents', String(o.agents), '--agent-prefix', PREFIX],
+      { ...process.env, BENCH_API_KEY: apiKey },
+      'ingest load',
+      (o.duration + 120) * 1000,
+    )
+    const s = JSON.parse(load.trim().split('\n').at(-1)!) as LoadSummary
+    const reads: Record<string, Latency> = {
+      'GET /agents': await sample(burnrate.url, apiKey, () => '/agents', o.duration),
+      'GET /agents/{id}': await sample(burnrate.url, apiKey, () => `/agents/${agent()}`, o.duration),
+      'GET /agents/{id}/hourly': await sample(burnrate.url, apiKey, () => `/agents/${agent()}/hourly`, o.duration),
+      'GET /agents/events?limit=50': await sample(burnrate.url, apiKey, () => '/agents/events?limit=50', o.duration),
+    }
+    return {
+      readySeconds,
+      peakRssBytes,
+      ingest: { rate: o.rate, p50: s.latencyMs.p50, p99: s.latencyMs.p99, max: s.latencyMs.max, ok: s.ok, failed: s.non2xx + s.errors },
+      reads,
+    }
+  } finally {
+    await stop(burnrate.child, 'burnrate')
+  }
+}
+
+export async function history(o: { events: number; agents: number; rate: number; duration: number }): Promise<HistoryResult> {
+  const dir = await mkdtemp(join(tmpdir(), 'burnrate-history-'))
+  try {
+    const empty = await measureStore(join(dir, 'empty'), o)
+    const seeded = join(dir, 'seeded')
+    const seedOut = await run(
+      [join(ROOT, 'bench', 'seed.ts'), '--data-dir', seeded, '--events', String(o.events), '--agents', String(o.agents), '--user', USER, '--agent-prefix', PREFIX],
+      process.env,
+      'seed',
+      1_800_000,
+    )
+    const { seconds: seedSeconds } = JSON.parse(seedOut.trim().split('\n').at(-1)!) as { seconds: number }
+    const history = await measureStore(seeded, o)
+    return { events: o.events, agents: o.agents, seedSeconds, empty, history }
+  } finally {
+    await rm(dir, { recursive: true, force: true })
+  }
+}
+
+export function historyTable(r: HistoryResult): string {
+  const ms = (n: number) => fmt(n, 1)
+  const mb = (n: number | null) => (n === null ? 'n/a' : fmt(n / 2 ** 20))
+  const rows = [
+    ['figure', 'empty', `${fmt(r.events)} events`, 'ratio'],
+    ['start-up: seconds to /readyz', fmt(r.empty.readySeconds, 1), fmt(r.history.readySeconds, 1), '-'],
+    ['start-up: peak RSS, MiB', mb(r.empty.peakRssBytes), mb(r.history.peakRssBytes), '-'],
+    [`ingest at ${fmt(r.empty.ingest.rate)} req/s: p50 ms`, ms(r.empty.ingest.p50), ms(r.history.ingest.p50), ratio(r.history.ingest.p50, r.empty.ingest.p50)],
+    [`ingest at ${fmt(r.empty.ingest.rate)} req/s: p99 ms`, ms(r.empty.ingest.p99), ms(r.history.ingest.p99), ratio(r.history.ingest.p99, r.empty.ingest.p99)],
+  ]
+  for (const name of Object.keys(r.history.reads)) {
+    const e = r.empty.reads[name]!
+    const h = r.history.reads[name]!
+    rows.push([`${name}: p50 ms`, ms(e.p50), ms(h.p50), ratio(h.p50, e.p50)])
+    rows.push([`${name}: p99 ms`, ms(e.p99), ms(h.p99), ratio(h.p99, e.p99)])
+  }
+  return table(rows)
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: { full: { type: 'boolean' }, events: { type: 'string' }, agents: { type: 'string' }, rate: { type: 'string' }, duration: { type: 'string' } },
+    strict: true,
+  })
+  const o = {
+    events: Number(values.events ?? (values.full ? 10_000_000 : 1_000_000)),
+    agents: Number(values.agents ?? 10_000),
+    rate: Number(values.rate ?? 500),
+    duration: Number(values.duration ?? (values.full ? 15 : 5)),
+  }
+  const interrupted = () => void Promise.all([...children].map((c) => stop(c, `pid ${c.pid}`))).finally(() => process.exit(130))
+  process.once('SIGINT', interrupted)
+  process.once('SIGTERM', interrupted)
+  const r = await history(o)
+  console.log(historyTable(r))
+  console.log(JSON.stringify(r))
+}
+
+if (import.meta.main) await main()

@@ -1,0 +1,157 @@
+/**
+ * The bench's child processes and output, shared by its scenarios (bench/run.ts,
+ * bench/history.ts): burnrate and helper processes started, tracked and stopped, a
+ * process's CPU time, and the tables printed.
+ */
+import { spawn, type ChildProcess } from 'node:child_process'
+import { once } from 'node:events'
+import { closeSync, openSync, readFileSync } from 'node:fs'
+import { join, resolve } from 'node:path'
+import type { LoadSummary } from './load.ts'
+
+export const ROOT = resolve(import.meta.dirname, '..')
+export const NODE = process.execPath
+export const BURNRATE = join(ROOT, 'bin', 'burnrate.js')
+
+export const START_TIMEOUT_MS = 60_000
+const STOP_TIMEOUT_MS = 20_000
+
+// ---------------------------------------------------------------------------------------
+// Children
+
+export const children = new Set<ChildProcess>()
+
+export function track(child: ChildProcess): ChildProcess {
+  children.add(child)
+  child.once('exit', () => children.delete(child))
+  return child
+}
+
+export function exited(child: ChildProcess): boolean {
+  return child.exitCode !== null || child.signalCode !== null
+}
+
+/** SIGTERM, then waits for the exit (SIGKILL after STOP_TIMEOUT_MS). */
+export async function stop(child: ChildProcess, name: string): Promise<void> {
+  if (exited(child)) return
+  const exit = once(child, 'exit')
+  child.kill('SIGTERM')
+  const timer = setTimeout(() => {
+    console.error(`${name} did not exit ${STOP_TIMEOUT_MS / 1000} s after SIGTERM; killing it`)
+    child.kill('SIGKILL')
+  }, STOP_TIMEOUT_MS)
+  await exit
+  clearTimeout(timer)
+}
+
+/** Rejects when `child` exits before `promise` settles, or after `ms`. */
+export async function beforeExit<T>(child: ChildProcess, what: string, ms: number, promise: Promise<T>): Promise<T> {
+  let timer: NodeJS.Timeout | undefined
+  let onExit: ((code: number | null, signal: NodeJS.Signals | null) => void) | undefined
+  try {
+    return await Promise.race([
+      promise,
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`timed out after ${ms / 1000} s waiting for ${what}`)), ms)
+        onExit = (code, signal) => reject(new Error(`exited (${signal ?? code}) while waiting for ${what}`))
+        child.once('exit', onExit)
+      }),
+    ])
+  } finally {
+    clearTimeout(timer)
+    if (onExit) child.off('exit', onExit)
+  }
+}
+
+/**
+ * `burnrate serve` on `dataDir`, logging to `logFile` (a file, not a pipe: reading a log pipe
+ * would take CPU from the two cores the measurement runs on). Its address comes from the
+ * 'burnrate is serving' line, with the address of its metrics (it runs with METRICS_PORT=0).
+ */
+export async function startBurnrate(
+  env: NodeJS.ProcessEnv,
+  logFile: string,
+  cpuProfDir: string | null,
+  timeoutMs = START_TIMEOUT_MS,
+): Promise<{ child: ChildProcess; url: string; metrics: string }> {
+  const fd = openSync(logFile, 'a')
+  const args = [...(cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', cpuProfDir] : []), BURNRATE, 'serve']
+  const child = track(spawn(NODE, args, { env, stdio: ['ignore', fd, fd] }))
+  closeSync(fd)
+  const found = (async () => {
+    for (;;) {
+      for (const line of readFileSync(logFile, 'utf8').split('\n')) {
+        if (!line.includes('burnrate is serving')) continue
+        const entry = JSON.parse(line) as { msg?: string; address?: string; metrics?: string }
+        if (entry.msg === 'burnrate is serving' && entry.address && entry.metrics) return { url: entry.address, metrics: entry.metrics }
+      }
+      if (exited(child)) return null
+      await new Promise((r) => setTimeout(r, 100))
+    }
+  })()
+  try {
+    const serving = await beforeExit(child, "burnrate's 'burnrate is serving' log line", timeoutMs, found)
+    if (!serving) throw new Error('burnrate exited before serving')
+    return { child, ...serving }
+  } catch (err) {
+    console.error(`burnrate log (${logFile}), last lines:\n${tail(logFile, 20)}`)
+    throw err
+  }
+}
+
+export function tail(file: string, n: number): string {
+  try {
+    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-n).join('\n')
+  } catch {
+    return '(none)'
+  }
+}
+
+/** Runs a child to completion and returns its stdout (stderr passes through). */
+export async function run(args: string[], env: NodeJS.ProcessEnv, what: string, timeoutMs: number): Promise<string> {
+  const child = track(spawn(NODE, args, { env, stdio: ['ignore', 'pipe', 'inherit'] }))
+  let out = ''
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => (out += chunk))
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
+  const [code, signal] = (await once(child, 'exit')) as [number | null, NodeJS.Signals | null]
+  clearTimeout(timer)
+  if (code !== 0) throw new Error(`${what} failed (${signal ?? `exit ${code}`})`)
+  return out
+}
+
+/**
+ * CPU seconds (user + system) the process `pid` has used, from /proc (Linux), or null. The
+ * server's CPU per request is a steadier comparison of two kinds of request than their
+ * throughput: the load generator and the rest of the machine share its two cores.
+ */
+export function cpuSeconds(pid: number | undefined): number | null {
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+    return (Number(fields[11]) + Number(fields[12])) / 100 // utime and stime, in clock ticks of 1/100 s
+  } catch {
+    return null
+  }
+}
+
+/** `phase` with the CPU microseconds `pid` spent per 2xx answer during it (null off Linux). */
+export async function withCpu(pid: number | undefined, phase: Promise<LoadSummary>): Promise<LoadSummary & { cpuUsPerRequest: number | null }> {
+  const before = cpuSeconds(pid)
+  const s = await phase
+  const after = cpuSeconds(pid)
+  const answered = s.ok + (s.warmup?.ok ?? 0)
+  return { ...s, cpuUsPerRequest: before === null || after === null || answered === 0 ? null : ((after - before) * 1e6) / answered }
+}
+
+export function fmt(n: number, digits = 0): string {
+  return n.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits })
+}
+
+export function ratio(a: number, b: number): string {
+  return b > 0 ? fmt(a / b, 2) : 'n/a'
+}
+
+export function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, c) => Math.max(...rows.map((r) => r[c]!.length)))
+  return rows.map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  ')).join('\n')
+}
+

@@ -1,0 +1,85 @@
+/**
+ * Seeds a history for the scale scenarios (issue 11): `events` llm_calls of the last 24 h
+ * spread evenly over `agents` agents of one user, written by INSERT … SELECT in ClickHouse
+ * itself (the hourly view fills as it does for the shipper's INSERTs), never through the
+ * HTTP API. Embedded (a DATA_DIR burnrate is not running on: one process may open it) or a
+ * ClickHouse server (CLICKHOUSE_URL).
+ *
+ *   node bench/seed.ts --data-dir DIR [--events 10000000] [--agents 10000] [--user bench] [--agent-prefix history-agent-]
+ *
+ * Every event has a client event_id (a UUID), gpt-4o, 1,000 input and 500 output tokens and
+ * the cost burnrate's price table gives them; timestamps are spaced evenly from 24 h ago
+ * (plus a minute, so none leaves the window while the scenario starts) to now.
+ */
+import { resolve } from 'node:path'
+import { parseArgs } from 'node:util'
+import { loadConfig } from '../src/config.ts'
+import { createPriceTable } from '../src/pricing/price-table.ts'
+import { createClickHouse } from '../src/storage/clickhouse.ts'
+import { migrate } from '../src/storage/migrations.ts'
+
+/** Rows per INSERT … SELECT: bounds the memory one statement takes in the engine. */
+const CHUNK = 1_000_000
+
+export interface SeedOptions {
+  events: number
+  agents: number
+  user: string
+  agentPrefix: string
+}
+
+export async function seed(env: NodeJS.ProcessEnv, o: SeedOptions, now = Date.now()): Promise<{ seconds: number }> {
+  const config = loadConfig(env)
+  const client = createClickHouse(config)
+  const started = performance.now()
+  try {
+    await migrate(client)
+    const costNano = createPriceTable().cost('gpt-4o', { input_tokens: 1000, output_tokens: 500 }).costNano
+    const spanUs = (24 * 3600 - 120) * 1_000_000
+    const endUs = now * 1000
+    for (let from = 0; from < o.events; from += CHUNK) {
+      const n = Math.min(CHUNK, o.events - from)
+      await client.command({
+        query: `INSERT INTO events (user_id, agent_id, timestamp, event_id, event_type, model, input_tokens, output_tokens,
+                  cache_read_tokens, cache_write_tokens, quantities, unpriced_quantities, service_tier, tool_name, metadata, cost_nano, price_fallback)
+                SELECT {user:String}, concat({prefix:String}, toString(i % {agents:UInt64})),
+                       fromUnixTimestamp64Micro(toInt64({end:Int64} - {span:Int64} + intDiv(i * {span:Int64}, {total:UInt64})), 'UTC'),
+                       generateUUIDv4(i), 'llm_call', 'gpt-4o', 1000, 500, 0, 0,
+                       map('input_tokens', 1000, 'output_tokens', 500), [], '', NULL, '', {cost:Int64}, false
+                FROM (SELECT number + {from:UInt64} AS i FROM numbers({n:UInt64}))`,
+        query_params: { user: o.user, prefix: o.agentPrefix, agents: o.agents, end: endUs, span: spanUs, total: o.events, from, n, cost: costNano },
+      })
+    }
+    return { seconds: (performance.now() - started) / 1000 }
+  } finally {
+    await client.close()
+  }
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      'data-dir': { type: 'string' },
+      events: { type: 'string' },
+      agents: { type: 'string' },
+      user: { type: 'string' },
+      'agent-prefix': { type: 'string' },
+    },
+    strict: true,
+  })
+  const env: NodeJS.ProcessEnv = { ...process.env }
+  if (values['data-dir']) env.DATA_DIR = resolve(values['data-dir'])
+  else if (!env.CLICKHOUSE_URL) throw new Error('--data-dir or CLICKHOUSE_URL is required')
+  const o: SeedOptions = {
+    events: Number(values.events ?? 10_000_000),
+    agents: Number(values.agents ?? 10_000),
+    user: values.user ?? 'bench',
+    agentPrefix: values['agent-prefix'] ?? 'history-agent-',
+  }
+  if (!Number.isSafeInteger(o.events) || o.events < 1) throw new Error('--events must be a whole number of at least 1')
+  if (!Number.isSafeInteger(o.agents) || o.agents < 1) throw new Error('--agents must be a whole number of at least 1')
+  const { seconds } = await seed(env, o)
+  console.log(JSON.stringify({ ...o, seconds }))
+}
+
+if (import.meta.main) await main()
