@@ -12,12 +12,13 @@
  * Quick (the default, part of `npm run bench`): 1,000,000 events over 10,000 agents;
  * --full: 10,000,000 events. Prints a table and a JSON line (the last line) for bench/run.ts.
  */
-import { mkdtemp, rm } from 'node:fs/promises'
+import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { BURNRATE, ROOT, children, fmt, ratio, run, startBurnrate, stop, table } from './processes.ts'
 import type { LoadSummary } from './load.ts'
+import type { Figure } from './results.ts'
 
 const USER = 'bench'
 const PREFIX = 'history-agent-'
@@ -68,8 +69,8 @@ async function waitReady(url: string, started: number, timeoutMs: number): Promi
   }
 }
 
-/** `concurrency` loops sending GET `path()` for `seconds`; the latency of every answer. */
-async function sample(url: string, apiKey: string, path: () => string, seconds: number, concurrency = 4): Promise<Latency> {
+/** `concurrency` loops (one: a request at a time, its own latency) sending GET `path()` for `seconds`; the latency of every answer. */
+async function sample(url: string, apiKey: string, path: () => string, seconds: number, concurrency = 1): Promise<Latency> {
   const latencies: number[] = []
   const until = performance.now() + seconds * 1000
   const worker = async () => {
@@ -98,6 +99,7 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
     READS_RATE_LIMIT: '100000000',
   }
   for (const name of ['CLICKHOUSE_URL', 'REDIS_URL', 'PRICES_FILE']) delete env[name]
+  await mkdir(dir, { recursive: true })
   const started = performance.now()
   const burnrate = await startBurnrate(env, join(dir, 'burnrate.log'), null, 600_000)
   try {
@@ -105,7 +107,6 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
     const peakRssBytes = await peakRss(burnrate.child.pid)
     const keyOut = await run([BURNRATE, 'keys', 'create', '--user', USER, '--name', 'history', '--rate-limit', '100000000'], env, 'keys create', 60_000)
     const apiKey = keyOut.trim().split('\n').at(-1)!.trim()
-    const agent = () => `${PREFIX}${Math.floor(Math.random() * o.agents)}`
     // Ingest at a fixed rate on the same agents (every one with a history in the seeded store).
     const load = await run(
       [join(ROOT, 'bench', 'load.ts'), '--url', burnrate.url, '--rate', String(o.rate), '--duration', String(o.duration), '--warmup', '1', '--connections', '50', '--agents', String(o.agents), '--agent-prefix', PREFIX],
@@ -114,6 +115,9 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
       (o.duration + 120) * 1000,
     )
     const s = JSON.parse(load.trim().split('\n').at(-1)!) as LoadSummary
+    // The load sends to agents 0, 1, 2, … in turn: in the empty store those are the ones that exist.
+    const known = Math.max(1, Math.min(o.agents, s.ok))
+    const agent = () => `${PREFIX}${Math.floor(Math.random() * known)}`
     const reads: Record<string, Latency> = {
       'GET /agents': await sample(burnrate.url, apiKey, () => '/agents', o.duration),
       'GET /agents/{id}': await sample(burnrate.url, apiKey, () => `/agents/${agent()}`, o.duration),
@@ -148,6 +152,23 @@ export async function history(o: { events: number; agents: number; rate: number;
   } finally {
     await rm(dir, { recursive: true, force: true })
   }
+}
+
+/** The history scenarios as figures: the seeded store's, with its ratio to the empty store. */
+export function historyFigures(r: HistoryResult): Figure[] {
+  const n = `${(r.events / 1e6).toLocaleString('en-US')} M events`
+  const figures: Figure[] = [
+    { figure: `start-up with ${n}: to /readyz`, value: r.history.readySeconds, unit: 's' },
+    { figure: `start-up with ${n}: peak RSS`, value: r.history.peakRssBytes === null ? null : r.history.peakRssBytes / 2 ** 20, unit: 'MiB' },
+    { figure: `ingest p50 at ${r.history.ingest.rate} req/s, ${n}`, value: r.history.ingest.p50, unit: 'ms', ratio: r.history.ingest.p50 / r.empty.ingest.p50 },
+    { figure: `ingest p99 at ${r.history.ingest.rate} req/s, ${n}`, value: r.history.ingest.p99, unit: 'ms', ratio: r.history.ingest.p99 / r.empty.ingest.p99 },
+  ]
+  for (const [name, h] of Object.entries(r.history.reads)) {
+    const e = r.empty.reads[name]!
+    figures.push({ figure: `${name} p50, ${n}`, value: h.p50, unit: 'ms', ratio: h.p50 / e.p50 })
+    figures.push({ figure: `${name} p99, ${n}`, value: h.p99, unit: 'ms', ratio: h.p99 / e.p99 })
+  }
+  return figures
 }
 
 export function historyTable(r: HistoryResult): string {

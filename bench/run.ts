@@ -29,6 +29,8 @@ import { join, resolve } from 'node:path'
 import { createInterface } from 'node:readline'
 import { parseArgs } from 'node:util'
 import { summarizeProfile } from './cpu-profile.ts'
+import { history, historyFigures, historyTable } from './history.ts'
+import { markdown, writeResults, type Figure } from './results.ts'
 import { BURNRATE, NODE, ROOT, START_TIMEOUT_MS, beforeExit, children, fmt, ratio, run, startBurnrate, stop, table, track, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, REQUEST_TIMEOUT_S, type Counts, type LoadSummary } from './load.ts'
 
@@ -43,6 +45,8 @@ const PASSED_ENV = ['JOURNAL_FSYNC', 'JOURNAL_MAX_ROWS', 'JOURNAL_LEASE_MS', 'SH
 
 
 interface Options {
+  /** The full sizes (issue 11): 10 M events of history, 20 s phases. */
+  full: boolean
   connections: number
   duration: number
   warmup: number
@@ -52,7 +56,7 @@ interface Options {
 
 function options(): Options {
   const { values } = parseArgs({
-    options: { connections: { type: 'string' }, duration: { type: 'string' }, warmup: { type: 'string' }, agents: { type: 'string' } },
+    options: { full: { type: 'boolean' }, connections: { type: 'string' }, duration: { type: 'string' }, warmup: { type: 'string' }, agents: { type: 'string' } },
     strict: true,
   })
   const num = (name: string, raw: string | undefined, fallback: number, min: number, max: number) => {
@@ -61,9 +65,11 @@ function options(): Options {
     return n
   }
   const env = process.env
+  const full = values.full === true
   return {
+    full,
     connections: Math.round(num('connections', values.connections ?? env.BENCH_CONNECTIONS, 50, 1, 1000)),
-    duration: num('duration', values.duration ?? env.BENCH_DURATION, 10, 1, 600),
+    duration: num('duration', values.duration ?? env.BENCH_DURATION, full ? 20 : 10, 1, 600),
     warmup: num('warmup', values.warmup ?? env.BENCH_WARMUP, 2, 0, 600),
     agents: Math.round(num('agents', values.agents ?? env.BENCH_AGENTS, DEFAULT_AGENTS, 1, 1_000_000)),
     cpuProfDir: env.BENCH_CPU_PROF ? resolve(env.BENCH_CPU_PROF) : null,
@@ -352,6 +358,32 @@ async function main(): Promise<number> {
         ` + ${fmt(excess)} (allowed 0…${fmt(unanswered)}: requests cut off unanswered at the end of a run)`,
     )
     console.log(`check: ${failed === 0 ? 'ok ' : 'FAIL'} ${fmt(failed)} non-2xx responses or errors (all phases, warmups included)`)
+
+    // 5. History (bench/history.ts): start-up, reads and ingest with a seeded window against an empty store.
+    const events = opts.full ? 10_000_000 : 1_000_000
+    console.log(`\nhistory: ${fmt(events)} events over 10,000 agents against an empty store…`)
+    const hist = await history({ events, agents: 10_000, rate: 500, duration: opts.full ? 15 : 5 })
+    console.log(historyTable(hist))
+
+    // 6. Every figure, in a file of its own and as one markdown table.
+    const f: Figure[] = [
+      { figure: 'ceiling saturation', value: cSat.requestsPerSec, unit: 'req/s' },
+      { figure: 'ceiling p99 at 50 %', value: cHalf.latencyMs.p99, unit: 'ms' },
+      ...[
+        ['ingest saturation, cold (1 event/agent)', bCold],
+        ['ingest saturation, warm', bWarm],
+        ['ingest saturation, usage objects', bUsage],
+      ].map(([name, b]) => ({ figure: name as string, value: (b as LoadSummary).requestsPerSec, unit: 'req/s', ratio: (b as LoadSummary).requestsPerSec / cSat.requestsPerSec })),
+      { figure: 'ingest p50 at 50 %', value: bHalf.latencyMs.p50, unit: 'ms', ratio: bHalf.latencyMs.p50 / cHalf.latencyMs.p50 },
+      { figure: 'ingest p99 at 50 %', value: bHalf.latencyMs.p99, unit: 'ms', ratio: bHalf.latencyMs.p99 / cHalf.latencyMs.p99 },
+      { figure: 'ingest max at 50 %', value: bHalf.latencyMs.max, unit: 'ms', ratio: bHalf.latencyMs.max / cHalf.latencyMs.max },
+      { figure: 'usage objects / token fields, throughput', value: bUsage.requestsPerSec / flatMean, unit: 'ratio' },
+      { figure: 'ClickHouse INSERTs of events, warm saturation', value: writes.insertsPerSec, unit: '/s' },
+      { figure: 'fleet p99 with an unknown-key flood beside / without', value: bFlood.latencyMs.p99 / bHalf.latencyMs.p99, unit: 'ratio' },
+      ...historyFigures(hist),
+    ]
+    const file = await writeResults(opts, f)
+    console.log(`\n${markdown(f)}\n\nwritten to ${file}`)
 
     if (opts.cpuProfDir) {
       const files = (await readdir(opts.cpuProfDir)).filter((f) => f.endsWith('.cpuprofile')).sort()

@@ -108,24 +108,31 @@ export class MemoryHotState implements HotState {
   }
 
   async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }> {
+    const { snapshot, transition } = this.#read(ref, now)
+    // Reads append past the bound: a relaxing transition is rare, and a read never fails for it.
+    if (transition) await this.#journal.append([asRow(transition)], now)
+    return { snapshot, transition }
+  }
+
+  async getMany(userId: string, agentIds: readonly string[], now: number) {
+    // One synchronous pass and at most one append: GET /agents reads every agent of a user.
+    const snapshots: AgentSnapshot[] = []
+    const transitions: Transition[] = []
+    for (const agentId of agentIds) {
+      const { snapshot, transition } = this.#read({ userId, agentId }, now)
+      snapshots.push(snapshot)
+      if (transition) transitions.push(transition)
+    }
+    if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
+    return { snapshots, transitions }
+  }
+
+  #read(ref: AgentRef, now: number): { snapshot: AgentSnapshot; transition: Transition | null } {
     const agent = this.#agents.get(agentKey(ref))
     if (!agent) return { snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: DEFAULT_POLICY, configured: false }, transition: null }
     agent.window.expire(minuteOf(now))
     const transition = this.#evaluate(ref, agent, now, false)
-    // Reads append past the bound: a relaxing transition is rare, and a read never fails for it.
-    if (transition) await this.#journal.append([asRow(transition)], now)
     return { snapshot: snapshotOf(agent), transition }
-  }
-
-  async getMany(userId: string, agentIds: readonly string[], now: number) {
-    const snapshots: AgentSnapshot[] = []
-    const transitions: Transition[] = []
-    for (const agentId of agentIds) {
-      const { snapshot, transition } = await this.get({ userId, agentId }, now)
-      snapshots.push(snapshot)
-      if (transition) transitions.push(transition)
-    }
-    return { snapshots, transitions }
   }
 
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null> {
