@@ -48,8 +48,8 @@ export interface LocalJournal extends JournalStatus {
 export class MemoryHotState implements HotState {
   readonly #journal: LocalJournal
   readonly #agents = new Map<string, AgentEntry>()
-  // user → the ids of their agents held in #agents (listings without a scan of every agent).
-  readonly #byUser = new Map<string, Set<string>>()
+  // user → their agents held in #agents, by id (listings without a scan of every agent).
+  readonly #byUser = new Map<string, Map<string, AgentEntry>>()
   // The window's event ids and their costs, at most 64 bytes each (dedup.ts).
   readonly #seen = new EventIdSet()
   // Round-robin cursor over the agents, to forget idle ones a few at a time.
@@ -99,8 +99,7 @@ export class MemoryHotState implements HotState {
   async activeAgents(userId: string, now: number): Promise<string[]> {
     const nowMinute = minuteOf(now)
     const active: string[] = []
-    for (const agentId of this.#byUser.get(userId) ?? []) {
-      const agent = this.#agents.get(agentKey({ userId, agentId }))!
+    for (const [agentId, agent] of this.#byUser.get(userId) ?? []) {
       agent.window.expire(nowMinute)
       if (!agent.window.empty) active.push(agentId)
     }
@@ -118,8 +117,9 @@ export class MemoryHotState implements HotState {
     // One synchronous pass and at most one append: GET /agents reads every agent of a user.
     const snapshots: AgentSnapshot[] = []
     const transitions: Transition[] = []
+    const agents = this.#byUser.get(userId)
     for (const agentId of agentIds) {
-      const { snapshot, transition } = this.#read({ userId, agentId }, now)
+      const { snapshot, transition } = this.#read({ userId, agentId }, now, agents?.get(agentId))
       snapshots.push(snapshot)
       if (transition) transitions.push(transition)
     }
@@ -127,8 +127,7 @@ export class MemoryHotState implements HotState {
     return { snapshots, transitions }
   }
 
-  #read(ref: AgentRef, now: number): { snapshot: AgentSnapshot; transition: Transition | null } {
-    const agent = this.#agents.get(agentKey(ref))
+  #read(ref: AgentRef, now: number, agent = this.#agents.get(agentKey(ref))): { snapshot: AgentSnapshot; transition: Transition | null } {
     if (!agent) return { snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: DEFAULT_POLICY, configured: false }, transition: null }
     agent.window.expire(minuteOf(now))
     const transition = this.#evaluate(ref, agent, now, false)
@@ -239,8 +238,8 @@ export class MemoryHotState implements HotState {
       agent = { window: new RollingWindow(), pause: RUNNING, policy: DEFAULT_POLICY, configured: false }
       this.#agents.set(key, agent)
       let agents = this.#byUser.get(ref.userId)
-      if (!agents) this.#byUser.set(ref.userId, (agents = new Set()))
-      agents.add(ref.agentId)
+      if (!agents) this.#byUser.set(ref.userId, (agents = new Map()))
+      agents.set(ref.agentId, agent)
     }
     return agent
   }
@@ -297,12 +296,14 @@ function asRow(t: Transition): JournalRow {
 }
 
 function snapshotOf(agent: AgentEntry): AgentSnapshot {
+  // The pause state and policy are replaced on every change, never changed in place: a
+  // snapshot shares them (GET /agents reads 10,000 agents; copies were half its garbage).
   return {
     active: !agent.window.empty,
     totalNano: agent.window.totalNano,
     llmCalls: agent.window.llmCalls,
-    pause: { ...agent.pause },
-    policy: { ...agent.policy },
+    pause: agent.pause,
+    policy: agent.policy,
     configured: agent.configured,
   }
 }

@@ -81,8 +81,9 @@ export interface AgentSnapshot {
   active: boolean
   totalNano: Nano
   llmCalls: number
-  pause: PauseState
-  policy: AgentPolicy
+  /** Shared with the hot state, which replaces it rather than changing it: never to be changed. */
+  pause: Readonly<PauseState>
+  policy: Readonly<AgentPolicy>
   /** Whether a config was set (POST /config) for this agent. */
   configured: boolean
 }

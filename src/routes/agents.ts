@@ -4,12 +4,35 @@ import { agentParams, agentQuery, eventsQuery, hourlyQuery } from '../schemas/qu
 import type { RouteLimits } from './limits.ts'
 import { parse, principal } from './parse.ts'
 
+const AGENTS_LIST = {
+  type: 'object',
+  required: ['agents'],
+  properties: {
+    agents: {
+      type: 'array',
+      items: {
+        type: 'object',
+        required: ['agent_id', 'total_cost_usd', 'llm_calls', 'is_paused'],
+        properties: {
+          agent_id: { type: 'string' },
+          total_cost_usd: { type: 'number' },
+          llm_calls: { type: 'integer' },
+          cost_threshold_usd: { type: 'number' },
+          is_paused: { type: 'boolean' },
+        },
+      },
+    },
+  },
+} as const
+
 export const agentsRoutes =
   (agents: AgentService, limits: RouteLimits): FastifyPluginAsync =>
   async (app) => {
     const opts = { config: { rateLimit: limits.reads } }
 
-    app.get('/agents', opts, async (request) => {
+    // A response schema: Fastify serialises with fast-json-stringify, about twice as fast as
+    // JSON.stringify over the 10,000 agents a fleet lists (issue 11).
+    app.get('/agents', { ...opts, schema: { response: { 200: AGENTS_LIST } } }, async (request) => {
       parse(eventsQuery.pick({}), request.query, 'invalid_query')
       return { agents: await agents.list(principal(request).userId) }
     })
