@@ -155,3 +155,33 @@ export function table(rows: string[][]): string {
   return rows.map((r) => r.map((cell, c) => (c === 0 ? cell.padEnd(widths[c]!) : cell.padStart(widths[c]!))).join('  ')).join('\n')
 }
 
+
+// ---------------------------------------------------------------------------------------
+// burnrate's own metrics (METRICS_PORT)
+
+export async function scrape(url: string): Promise<Map<string, number>> {
+  const res = await fetch(url, { signal: AbortSignal.timeout(10_000) })
+  if (!res.ok) throw new Error(`GET ${url} answered ${res.status}`)
+  const samples = new Map<string, number>()
+  for (const line of (await res.text()).split('\n')) {
+    if (line.startsWith('#') || line === '') continue
+    const at = line.lastIndexOf(' ')
+    samples.set(line.slice(0, at), Number(line.slice(at + 1)))
+  }
+  return samples
+}
+
+/**
+ * The `q` quantile of a histogram's observations between two scrapes, as the upper edge of
+ * the bucket that holds it ("≤ 2"; "> 300" past the last one), or 'n/a' with none.
+ */
+export function bucketQuantile(before: Map<string, number>, after: Map<string, number>, name: string, q: number): string {
+  const delta = (key: string) => (after.get(key) ?? 0) - (before.get(key) ?? 0)
+  const count = delta(`${name}_count`)
+  if (count <= 0) return 'n/a'
+  const buckets = [...after.keys()]
+    .filter((k) => k.startsWith(`${name}_bucket{le="`))
+    .map((k) => ({ le: k.slice(k.indexOf('"') + 1, k.lastIndexOf('"')), n: delta(k) }))
+  const le = buckets.find((b) => b.n >= q * count)?.le
+  return le === undefined ? 'n/a' : le === '+Inf' ? `> ${buckets.at(-2)?.le ?? '?'}` : `≤ ${le}`
+}

@@ -28,10 +28,12 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { createInterface } from 'node:readline'
 import { parseArgs } from 'node:util'
+import { Redis } from 'ioredis'
 import { summarizeProfile } from './cpu-profile.ts'
 import { history, historyFigures, historyTable } from './history.ts'
 import { markdown, writeResults, type Figure } from './results.ts'
-import { BURNRATE, NODE, ROOT, START_TIMEOUT_MS, beforeExit, children, fmt, ratio, run, startBurnrate, stop, table, track, withCpu } from './processes.ts'
+import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
+import { BURNRATE, NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, scrape, children, fmt, ratio, run, startBurnrate, stop, table, track, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, REQUEST_TIMEOUT_S, type Counts, type LoadSummary } from './load.ts'
 
 
@@ -98,13 +100,15 @@ interface Phase {
   load: 'saturation' | 'once-per-agent' | { rate: number }
   /** Every llm_call as the OpenAI SDK's usage object instead of the token fields. */
   usageObjects?: boolean
+  /** Agents the load is spread over, when not the run's (`--agents`). */
+  agents?: number
 }
 
 async function load(url: string, apiKey: string, opts: Options, phase: Phase): Promise<LoadSummary> {
   const args = [
     join(ROOT, 'bench', 'load.ts'),
     ...['--url', url, '--connections', String(opts.connections), '--duration', String(opts.duration), '--warmup', String(phase.warmup)],
-    ...['--agents', String(opts.agents), '--agent-prefix', phase.agentPrefix],
+    ...['--agents', String(phase.agents ?? opts.agents), '--agent-prefix', phase.agentPrefix],
     ...(phase.load === 'once-per-agent' ? ['--once-per-agent'] : []),
     ...(typeof phase.load === 'object' ? ['--rate', String(phase.load.rate)] : []),
     ...(phase.usageObjects ? ['--usage-objects'] : []),
@@ -124,6 +128,42 @@ async function flood(url: string, seconds: number): Promise<{ requestsPerSec: nu
   return JSON.parse(out.trim().split('\n').at(-1)!) as { requestsPerSec: number; statusCodes: Record<string, number>; errors: number }
 }
 
+/**
+ * What the Redis hot state holds, after a run with BENCH_REDIS_URL: bytes per agent (its
+ * :a, :w and :m keys) and per remembered event id (the id tables, their meta keys included),
+ * by MEMORY USAGE over every such key of the database (earlier runs' too: an average).
+ */
+async function redisMemory(url: string): Promise<{ agents: number; bytesPerAgent: number; ids: number; bytesPerId: number }> {
+  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 })
+  await redis.connect()
+  try {
+    const usage = async (match: string, each: (key: string, bytes: number) => Promise<void> | void) => {
+      for await (const keys of redis.scanStream({ match, count: 1000 }) as AsyncIterable<string[]>) {
+        const pipe = redis.pipeline()
+        for (const key of keys) pipe.memory('USAGE', key, 'SAMPLES', 0)
+        const replies = (await pipe.exec()) ?? []
+        for (let i = 0; i < keys.length; i++) await each(keys[i]!, Number(replies[i]?.[1] ?? 0))
+      }
+    }
+    let agents = 0
+    let agentBytes = 0
+    await usage('*:hs:*', (key, bytes) => {
+      agentBytes += bytes
+      if (key.endsWith(':a')) agents++
+    })
+    let ids = 0
+    let idBytes = 0
+    await usage('*}:e*', async (key, bytes) => {
+      idBytes += bytes
+      // A bucket of an hour's table (the meta key is `{p}:e`): a small hash of fingerprints.
+      if (!key.endsWith(':e')) ids += await redis.hlen(key)
+    })
+    return { agents, bytesPerAgent: agents ? agentBytes / agents : 0, ids, bytesPerId: ids ? idBytes / ids : 0 }
+  } finally {
+    redis.disconnect()
+  }
+}
+
 /** Half the throughput a target sustained at saturation: the offered rate of its latency phase. */
 function halfOf(saturation: LoadSummary): number {
   return Math.max(1, Math.round(saturation.requestsPerSec / 2))
@@ -131,18 +171,6 @@ function halfOf(saturation: LoadSummary): number {
 
 // ---------------------------------------------------------------------------------------
 // burnrate's own metrics (METRICS_PORT): what the write path did during a phase
-
-async function scrape(url: string): Promise<Map<string, number>> {
-  const res = await fetch(url, { signal: AbortSignal.timeout(10_000) })
-  if (!res.ok) throw new Error(`GET ${url} answered ${res.status}`)
-  const samples = new Map<string, number>()
-  for (const line of (await res.text()).split('\n')) {
-    if (line.startsWith('#') || line === '') continue
-    const at = line.lastIndexOf(' ')
-    samples.set(line.slice(0, at), Number(line.slice(at + 1)))
-  }
-  return samples
-}
 
 /**
  * INSERTs of events per second between two scrapes (the shipper's batches), and the p99 of the acknowledgement-to-readable lag: the upper
@@ -152,16 +180,7 @@ function writePath(before: Map<string, number>, after: Map<string, number>, seco
   const delta = (name: string) => (after.get(name) ?? 0) - (before.get(name) ?? 0)
   const shipped = after.has('burnrate_ship_lag_seconds_count') && delta('burnrate_ship_batches_total') > 0
   const inserts = delta('burnrate_ship_batches_total')
-  let lagP99 = 'n/a'
-  const count = delta('burnrate_ship_lag_seconds_count')
-  if (shipped && count > 0) {
-    const buckets = [...after.keys()]
-      .filter((k) => k.startsWith('burnrate_ship_lag_seconds_bucket{le="'))
-      .map((k) => ({ le: k.slice(k.indexOf('"') + 1, k.lastIndexOf('"')), n: delta(k) }))
-    lagP99 = buckets.find((b) => b.n >= 0.99 * count)?.le ?? 'n/a'
-    if (lagP99 === '+Inf') lagP99 = '> 300'
-    else lagP99 = `≤ ${lagP99}`
-  }
+  const lagP99 = shipped ? bucketQuantile(before, after, 'burnrate_ship_lag_seconds', 0.99) : 'n/a'
   const source = shipped ? 'the journal shipper' : 'none in this phase'
   return { insertsPerSec: inserts / seconds, lagP99, source }
 }
@@ -264,6 +283,8 @@ async function main(): Promise<number> {
     // journal and ClickHouse growing, a neighbour's load) counts against neither.
     const bUsage = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', usageObjects: true }))
     const bFlatAgain = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
+    // Every request for one agent: its state is the one everybody touches.
+    const bHot = await load(burnrate.url, apiKey, opts, { agentPrefix: `hot-${agentPrefix}`, warmup: 0, load: 'saturation', agents: 1 })
     const bHalf = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: { rate: halfOf(bWarm) } })
     // The same half load while a flood of made-up keys arrives beside it (issue 9): the
     // fleet's latency must stay within 2x of the phase before.
@@ -297,6 +318,7 @@ async function main(): Promise<number> {
         row('burnrate  saturation, warm', bWarm),
         row('burnrate  saturation, usage objects', bUsage),
         row('burnrate  saturation, token fields again', bFlatAgain),
+        row('burnrate  saturation, one hot agent', bHot),
         row('burnrate  50 % of saturation', bHalf),
         row('burnrate  50 %, unknown-key flood beside', bFlood),
       ]),
@@ -316,6 +338,7 @@ async function main(): Promise<number> {
         ratios('saturation, cold', bCold, cSat, true),
         ratios('saturation, warm', bWarm, cSat, true),
         ratios('saturation, usage objects', bUsage, cSat, true),
+        ratios('saturation, one hot agent', bHot, cSat, true),
         ratios('50 % of saturation', bHalf, cHalf, false),
       ]),
     )
@@ -347,7 +370,7 @@ async function main(): Promise<number> {
 
     // 4. The check: every acknowledged event is stored once; events cut off when autocannon
     //    stopped (sent, unanswered) may or may not have been stored, so they bound the excess.
-    const loads = [bCold, bWarm, bUsage, bFlatAgain, bHalf, bFlood]
+    const loads = [bCold, bWarm, bUsage, bFlatAgain, bHot, bHalf, bFlood]
     const acked = loads.reduce((sum, b) => sum + b.ok + (b.warmup?.ok ?? 0), 0)
     const unanswered = loads.reduce((sum, b) => sum + cutOff(b) + (b.warmup ? cutOff(b.warmup) : 0), 0)
     const excess = stored - acked
@@ -365,7 +388,12 @@ async function main(): Promise<number> {
     const hist = await history({ events, agents: 10_000, rate: 500, duration: opts.full ? 15 : 5 })
     console.log(historyTable(hist))
 
-    // 6. Every figure, in a file of its own and as one markdown table.
+    // 6. The write path with a ClickHouse server that goes away and comes back (bench/write-path.ts).
+    console.log('\nwrite path: ClickHouse over HTTP, steady, down, back…')
+    const wp = await writePathScenario({ rate: 1000, duration: opts.full ? 15 : 5 })
+    console.log(writePathTable(wp))
+
+    // 7. Every figure, in a file of its own and as one markdown table.
     const f: Figure[] = [
       { figure: 'ceiling saturation', value: cSat.requestsPerSec, unit: 'req/s' },
       { figure: 'ceiling p99 at 50 %', value: cHalf.latencyMs.p99, unit: 'ms' },
@@ -373,6 +401,7 @@ async function main(): Promise<number> {
         ['ingest saturation, cold (1 event/agent)', bCold],
         ['ingest saturation, warm', bWarm],
         ['ingest saturation, usage objects', bUsage],
+        ['ingest saturation, one hot agent', bHot],
       ].map(([name, b]) => ({ figure: name as string, value: (b as LoadSummary).requestsPerSec, unit: 'req/s', ratio: (b as LoadSummary).requestsPerSec / cSat.requestsPerSec })),
       { figure: 'ingest p50 at 50 %', value: bHalf.latencyMs.p50, unit: 'ms', ratio: bHalf.latencyMs.p50 / cHalf.latencyMs.p50 },
       { figure: 'ingest p99 at 50 %', value: bHalf.latencyMs.p99, unit: 'ms', ratio: bHalf.latencyMs.p99 / cHalf.latencyMs.p99 },
@@ -381,7 +410,13 @@ async function main(): Promise<number> {
       { figure: 'ClickHouse INSERTs of events, warm saturation', value: writes.insertsPerSec, unit: '/s' },
       { figure: 'fleet p99 with an unknown-key flood beside / without', value: bFlood.latencyMs.p99 / bHalf.latencyMs.p99, unit: 'ratio' },
       ...historyFigures(hist),
+      ...writePathFigures(wp),
     ]
+    if (process.env.BENCH_REDIS_URL) {
+      const mem = await redisMemory(process.env.BENCH_REDIS_URL)
+      console.log(`Redis: ${fmt(mem.bytesPerAgent)} bytes per agent (${fmt(mem.agents)} agents), ${fmt(mem.bytesPerId, 1)} bytes per remembered event id (${fmt(mem.ids)} ids)`)
+      f.push({ figure: 'Redis memory per agent', value: mem.bytesPerAgent, unit: 'B' }, { figure: 'Redis memory per remembered event id', value: mem.bytesPerId, unit: 'B' })
+    }
     const file = await writeResults(opts, f)
     console.log(`\n${markdown(f)}\n\nwritten to ${file}`)
 
@@ -393,7 +428,7 @@ async function main(): Promise<number> {
         console.log(summarizeProfile(JSON.parse(readFileSync(join(opts.cpuProfDir, latest), 'utf8')), 25))
       }
     }
-    return storedOk && failed === 0 ? 0 : 1
+    return storedOk && failed === 0 && wp.check.ok ? 0 : 1
   } finally {
     await Promise.all([...children].map((child) => stop(child, `pid ${child.pid}`)))
     await rm(dir, { recursive: true, force: true })
