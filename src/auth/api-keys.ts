@@ -1,4 +1,4 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto'
+import { hash, randomBytes, timingSafeEqual } from 'node:crypto'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { LRUCache } from 'lru-cache'
 import type { Clock } from '../clock.ts'
@@ -34,7 +34,7 @@ export function generateKey(): { keyId: string; key: string } {
 }
 
 export function hashKey(key: string): string {
-  return createHash('sha256').update(key).digest('hex')
+  return hash('sha256', key, 'hex')
 }
 
 /** Keys as a service: create, list and revoke go to ClickHouse; verify is cached. */

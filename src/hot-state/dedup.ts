@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 import type { Nano } from '../money.ts'
 import { inWindow } from '../window.ts'
 
@@ -62,7 +62,7 @@ export class EventIdSet {
 export type Fingerprint = readonly [number, number, number, number]
 
 export function fingerprint(userId: string, agentId: string, eventId: string): Fingerprint {
-  return fingerprintOf(createHash('sha256').update(`${userId}\0${agentId}\0${eventId}`).digest())
+  return fingerprintOf(hash('sha256', `${userId}\0${agentId}\0${eventId}`, 'buffer'))
 }
 
 /**

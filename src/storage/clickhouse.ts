@@ -50,9 +50,19 @@ export function rawInsertOf(client: ClickHouseClient) {
   return rawInserts.get(client)
 }
 
+// The text of the last second formatted: every event of a second shares it (a Date and
+// toISOString per event was 2 % of the ingest path's CPU).
+let lastSecond = Number.NaN
+let lastSecondText = ''
+
 /** ClickHouse DateTime64(3) text for a JS epoch-ms instant ("2026-01-01 12:00:00.000", UTC). */
 export function toChDateTime(ms: number): string {
-  return new Date(ms).toISOString().replace('T', ' ').replace('Z', '')
+  const second = Math.floor(ms / 1000)
+  if (second !== lastSecond) {
+    lastSecondText = new Date(second * 1000).toISOString().slice(0, 19).replace('T', ' ')
+    lastSecond = second
+  }
+  return `${lastSecondText}.${String(ms - second * 1000).padStart(3, '0')}`
 }
 
 /** ClickHouse DateTime64(6) text for an instant in epoch microseconds. */
