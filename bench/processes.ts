@@ -7,7 +7,8 @@ import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
 import { closeSync, openSync, readFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
-import type { LoadSummary } from './load.ts'
+import { Redis } from 'ioredis'
+import { REQUEST_TIMEOUT_S, type LoadSummary } from './load.ts'
 
 export const ROOT = resolve(import.meta.dirname, '..')
 export const NODE = process.execPath
@@ -185,3 +186,90 @@ export function bucketQuantile(before: Map<string, number>, after: Map<string, n
   const le = buckets.find((b) => b.n >= q * count)?.le
   return le === undefined ? 'n/a' : le === '+Inf' ? `> ${buckets.at(-2)?.le ?? '?'}` : `≤ ${le}`
 }
+
+// ---------------------------------------------------------------------------------------
+// Load phases (bench/load.ts in a process of its own)
+
+/** What every phase of a run shares. */
+export interface LoadOptions {
+  connections: number
+  /** Seconds per timed phase. */
+  duration: number
+  agents: number
+}
+
+/** One phase: `warmup` seconds on agents of their own, then the measured load. */
+export interface Phase {
+  /** Its agents are `<agentPrefix><i>`. */
+  agentPrefix: string
+  warmup: number
+  /**
+   * Saturation for `duration` seconds; saturation until each agent has sent one event; or a
+   * fixed offered rate (req/s) for `duration` seconds.
+   */
+  load: 'saturation' | 'once-per-agent' | { rate: number }
+  /** Every llm_call as the OpenAI SDK's usage object instead of the token fields. */
+  usageObjects?: boolean
+  /** Agents the load is spread over, when not the run's (`--agents`). */
+  agents?: number
+}
+
+export async function load(url: string, apiKey: string, opts: LoadOptions, phase: Phase): Promise<LoadSummary> {
+  const args = [
+    join(ROOT, 'bench', 'load.ts'),
+    ...['--url', url, '--connections', String(opts.connections), '--duration', String(opts.duration), '--warmup', String(phase.warmup)],
+    ...['--agents', String(phase.agents ?? opts.agents), '--agent-prefix', phase.agentPrefix],
+    ...(phase.load === 'once-per-agent' ? ['--once-per-agent'] : []),
+    ...(typeof phase.load === 'object' ? ['--rate', String(phase.load.rate)] : []),
+    ...(phase.usageObjects ? ['--usage-objects'] : []),
+  ]
+  // A pass over the agents is as long as the server takes: bounded by every request timing out.
+  const measuredS = phase.load === 'once-per-agent' ? Math.ceil(opts.agents / opts.connections) * REQUEST_TIMEOUT_S : opts.duration
+  const timeoutMs = (phase.warmup + measuredS + 60) * 1000
+  const out = await run(args, { ...process.env, BENCH_API_KEY: apiKey }, `load against ${url}`, timeoutMs)
+  const last = out.trim().split('\n').at(-1)
+  if (!last) throw new Error(`load against ${url} printed nothing`)
+  return JSON.parse(last) as LoadSummary
+}
+
+/** Half the throughput a target sustained at saturation: the offered rate of its latency phase. */
+export function halfOf(saturation: LoadSummary): number {
+  return Math.max(1, Math.round(saturation.requestsPerSec / 2))
+}
+
+/**
+ * What the Redis hot state holds, after a run with BENCH_REDIS_URL: bytes per agent (its
+ * :a, :w and :m keys) and per remembered event id (the id tables, their meta keys included),
+ * by MEMORY USAGE over every such key of the database (earlier runs' too: an average).
+ */
+export async function redisMemory(url: string): Promise<{ agents: number; bytesPerAgent: number; ids: number; bytesPerId: number }> {
+  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 })
+  await redis.connect()
+  try {
+    const usage = async (match: string, each: (key: string, bytes: number) => Promise<void> | void) => {
+      for await (const keys of redis.scanStream({ match, count: 1000 }) as AsyncIterable<string[]>) {
+        const pipe = redis.pipeline()
+        for (const key of keys) pipe.memory('USAGE', key, 'SAMPLES', 0)
+        const replies = (await pipe.exec()) ?? []
+        for (let i = 0; i < keys.length; i++) await each(keys[i]!, Number(replies[i]?.[1] ?? 0))
+      }
+    }
+    let agents = 0
+    let agentBytes = 0
+    await usage('*:hs:*', (key, bytes) => {
+      agentBytes += bytes
+      if (key.endsWith(':a')) agents++
+    })
+    let ids = 0
+    let idBytes = 0
+    await usage('*}:e*', async (key, bytes) => {
+      idBytes += bytes
+      // A bucket of an hour's table (the meta key is `{p}:e`): a small hash of fingerprints.
+      if (!key.endsWith(':e')) ids += await redis.hlen(key)
+    })
+    return { agents, bytesPerAgent: agents ? agentBytes / agents : 0, ids, bytesPerId: ids ? idBytes / ids : 0 }
+  } finally {
+    redis.disconnect()
+  }
+}
+

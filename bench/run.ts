@@ -28,13 +28,14 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { createInterface } from 'node:readline'
 import { parseArgs } from 'node:util'
-import { Redis } from 'ioredis'
+
 import { summarizeProfile } from './cpu-profile.ts'
 import { history, historyFigures, historyTable } from './history.ts'
 import { markdown, writeResults, type Figure } from './results.ts'
+import { redisMode, type RedisModeResult } from './redis-mode.ts'
 import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
-import { BURNRATE, NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, scrape, children, fmt, ratio, run, startBurnrate, stop, table, track, withCpu } from './processes.ts'
-import { DEFAULT_AGENTS, REQUEST_TIMEOUT_S, type Counts, type LoadSummary } from './load.ts'
+import { BURNRATE, NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, table, track, withCpu } from './processes.ts'
+import { DEFAULT_AGENTS, type Counts, type LoadSummary } from './load.ts'
 
 
 /** A placeholder x-api-key for the ceiling, shaped like a burnrate key (br_<12 hex>_<43 chars>). */
@@ -88,85 +89,10 @@ async function startCeiling(): Promise<{ child: ChildProcess; url: string }> {
   return { child, url: line.trim() }
 }
 
-/** One phase: `warmup` seconds on agents of their own, then the measured load. */
-interface Phase {
-  /** Its agents are `<agentPrefix><i>`. */
-  agentPrefix: string
-  warmup: number
-  /**
-   * Saturation for `duration` seconds; saturation until each agent has sent one event; or a
-   * fixed offered rate (req/s) for `duration` seconds.
-   */
-  load: 'saturation' | 'once-per-agent' | { rate: number }
-  /** Every llm_call as the OpenAI SDK's usage object instead of the token fields. */
-  usageObjects?: boolean
-  /** Agents the load is spread over, when not the run's (`--agents`). */
-  agents?: number
-}
-
-async function load(url: string, apiKey: string, opts: Options, phase: Phase): Promise<LoadSummary> {
-  const args = [
-    join(ROOT, 'bench', 'load.ts'),
-    ...['--url', url, '--connections', String(opts.connections), '--duration', String(opts.duration), '--warmup', String(phase.warmup)],
-    ...['--agents', String(phase.agents ?? opts.agents), '--agent-prefix', phase.agentPrefix],
-    ...(phase.load === 'once-per-agent' ? ['--once-per-agent'] : []),
-    ...(typeof phase.load === 'object' ? ['--rate', String(phase.load.rate)] : []),
-    ...(phase.usageObjects ? ['--usage-objects'] : []),
-  ]
-  // A pass over the agents is as long as the server takes: bounded by every request timing out.
-  const measuredS = phase.load === 'once-per-agent' ? Math.ceil(opts.agents / opts.connections) * REQUEST_TIMEOUT_S : opts.duration
-  const timeoutMs = (phase.warmup + measuredS + 60) * 1000
-  const out = await run(args, { ...process.env, BENCH_API_KEY: apiKey }, `load against ${url}`, timeoutMs)
-  const last = out.trim().split('\n').at(-1)
-  if (!last) throw new Error(`load against ${url} printed nothing`)
-  return JSON.parse(last) as LoadSummary
-}
-
 /** bench/flood.ts against `url` for `seconds`: made-up keys, 10 connections. */
 async function flood(url: string, seconds: number): Promise<{ requestsPerSec: number; statusCodes: Record<string, number>; errors: number }> {
   const out = await run([join(ROOT, 'bench', 'flood.ts'), '--url', url, '--connections', '10', '--duration', String(seconds)], process.env, `flood against ${url}`, (seconds + 60) * 1000)
   return JSON.parse(out.trim().split('\n').at(-1)!) as { requestsPerSec: number; statusCodes: Record<string, number>; errors: number }
-}
-
-/**
- * What the Redis hot state holds, after a run with BENCH_REDIS_URL: bytes per agent (its
- * :a, :w and :m keys) and per remembered event id (the id tables, their meta keys included),
- * by MEMORY USAGE over every such key of the database (earlier runs' too: an average).
- */
-async function redisMemory(url: string): Promise<{ agents: number; bytesPerAgent: number; ids: number; bytesPerId: number }> {
-  const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 })
-  await redis.connect()
-  try {
-    const usage = async (match: string, each: (key: string, bytes: number) => Promise<void> | void) => {
-      for await (const keys of redis.scanStream({ match, count: 1000 }) as AsyncIterable<string[]>) {
-        const pipe = redis.pipeline()
-        for (const key of keys) pipe.memory('USAGE', key, 'SAMPLES', 0)
-        const replies = (await pipe.exec()) ?? []
-        for (let i = 0; i < keys.length; i++) await each(keys[i]!, Number(replies[i]?.[1] ?? 0))
-      }
-    }
-    let agents = 0
-    let agentBytes = 0
-    await usage('*:hs:*', (key, bytes) => {
-      agentBytes += bytes
-      if (key.endsWith(':a')) agents++
-    })
-    let ids = 0
-    let idBytes = 0
-    await usage('*}:e*', async (key, bytes) => {
-      idBytes += bytes
-      // A bucket of an hour's table (the meta key is `{p}:e`): a small hash of fingerprints.
-      if (!key.endsWith(':e')) ids += await redis.hlen(key)
-    })
-    return { agents, bytesPerAgent: agents ? agentBytes / agents : 0, ids, bytesPerId: ids ? idBytes / ids : 0 }
-  } finally {
-    redis.disconnect()
-  }
-}
-
-/** Half the throughput a target sustained at saturation: the offered rate of its latency phase. */
-function halfOf(saturation: LoadSummary): number {
-  return Math.max(1, Math.round(saturation.requestsPerSec / 2))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -382,18 +308,42 @@ async function main(): Promise<number> {
     )
     console.log(`check: ${failed === 0 ? 'ok ' : 'FAIL'} ${fmt(failed)} non-2xx responses or errors (all phases, warmups included)`)
 
-    // 5. History (bench/history.ts): start-up, reads and ingest with a seeded window against an empty store.
+    // 5. The Redis hot state (bench/redis-mode.ts), on a redis-server of the run's own with
+    //    AOF, unless the phases above ran on BENCH_REDIS_URL already.
+    let redisRun: RedisModeResult | null = null
+    if (!process.env.BENCH_REDIS_URL) {
+      console.log('\nREDIS_URL: a redis-server of the run\'s own (AOF, appendfsync everysec)…')
+      redisRun = await redisMode(join(dir, 'redis-mode'), opts, `redis-${agentPrefix}`)
+      const r = redisRun
+      console.log(
+        table([
+          ['REDIS_URL phase', 'req/s', 'ratio to ceiling', 'p50 ms', 'p99 ms', 'max ms'],
+          ['saturation, cold (1 event/agent)', fmt(r.cold.requestsPerSec), ratio(r.cold.requestsPerSec, cSat.requestsPerSec), fmt(r.cold.latencyMs.p50, 1), fmt(r.cold.latencyMs.p99, 1), fmt(r.cold.latencyMs.max, 1)],
+          ['saturation, warm', fmt(r.warm.requestsPerSec), ratio(r.warm.requestsPerSec, cSat.requestsPerSec), fmt(r.warm.latencyMs.p50, 1), fmt(r.warm.latencyMs.p99, 1), fmt(r.warm.latencyMs.max, 1)],
+          [`50 % of saturation (${fmt(r.half.rate ?? 0)} offered)`, fmt(r.half.requestsPerSec), '-', fmt(r.half.latencyMs.p50, 1), fmt(r.half.latencyMs.p99, 1), fmt(r.half.latencyMs.max, 1)],
+        ]),
+      )
+      console.log(
+        `Redis: ${fmt(r.memory.bytesPerAgent)} bytes per agent (${fmt(r.memory.agents)} agents), ${fmt(r.memory.bytesPerId, 1)} bytes per remembered event id (${fmt(r.memory.ids)} ids)`,
+      )
+      console.log(
+        `check: ${r.check.ok ? 'ok ' : 'FAIL'} REDIS_URL stored llm_calls ${fmt(r.check.stored)} = ${fmt(r.check.acked)} acknowledged` +
+          ` + ${fmt(r.check.stored - r.check.acked)} (allowed 0…${fmt(r.check.cutOff)}: requests cut off unanswered at the end of a run)`,
+      )
+    }
+
+    // 6. History (bench/history.ts): start-up, reads and ingest with a seeded window against an empty store.
     const events = opts.full ? 10_000_000 : 1_000_000
     console.log(`\nhistory: ${fmt(events)} events over 10,000 agents against an empty store…`)
     const hist = await history({ events, agents: 10_000, rate: 500, duration: opts.full ? 15 : 5 })
     console.log(historyTable(hist))
 
-    // 6. The write path with a ClickHouse server that goes away and comes back (bench/write-path.ts).
+    // 7. The write path with a ClickHouse server that goes away and comes back (bench/write-path.ts).
     console.log('\nwrite path: ClickHouse over HTTP, steady, down, back…')
     const wp = await writePathScenario({ rate: 1000, duration: opts.full ? 15 : 5 })
     console.log(writePathTable(wp))
 
-    // 7. Every figure, in a file of its own and as one markdown table.
+    // 8. Every figure, in a file of its own and as one markdown table.
     const f: Figure[] = [
       { figure: 'ceiling saturation', value: cSat.requestsPerSec, unit: 'req/s' },
       { figure: 'ceiling p99 at 50 %', value: cHalf.latencyMs.p99, unit: 'ms' },
@@ -412,7 +362,17 @@ async function main(): Promise<number> {
       ...historyFigures(hist),
       ...writePathFigures(wp),
     ]
-    if (process.env.BENCH_REDIS_URL) {
+    if (redisRun) {
+      const r = redisRun
+      f.push(
+        { figure: 'REDIS_URL ingest saturation, cold', value: r.cold.requestsPerSec, unit: 'req/s', ratio: r.cold.requestsPerSec / cSat.requestsPerSec },
+        { figure: 'REDIS_URL ingest saturation, warm', value: r.warm.requestsPerSec, unit: 'req/s', ratio: r.warm.requestsPerSec / cSat.requestsPerSec },
+        { figure: 'REDIS_URL ingest p50 at 50 %', value: r.half.latencyMs.p50, unit: 'ms', ratio: r.half.latencyMs.p50 / cHalf.latencyMs.p50 },
+        { figure: 'REDIS_URL ingest p99 at 50 %', value: r.half.latencyMs.p99, unit: 'ms', ratio: r.half.latencyMs.p99 / cHalf.latencyMs.p99 },
+        { figure: 'Redis memory per agent', value: r.memory.bytesPerAgent, unit: 'B' },
+        { figure: 'Redis memory per remembered event id', value: r.memory.bytesPerId, unit: 'B' },
+      )
+    } else if (process.env.BENCH_REDIS_URL) {
       const mem = await redisMemory(process.env.BENCH_REDIS_URL)
       console.log(`Redis: ${fmt(mem.bytesPerAgent)} bytes per agent (${fmt(mem.agents)} agents), ${fmt(mem.bytesPerId, 1)} bytes per remembered event id (${fmt(mem.ids)} ids)`)
       f.push({ figure: 'Redis memory per agent', value: mem.bytesPerAgent, unit: 'B' }, { figure: 'Redis memory per remembered event id', value: mem.bytesPerId, unit: 'B' })
@@ -428,7 +388,7 @@ async function main(): Promise<number> {
         console.log(summarizeProfile(JSON.parse(readFileSync(join(opts.cpuProfDir, latest), 'utf8')), 25))
       }
     }
-    return storedOk && failed === 0 && wp.check.ok ? 0 : 1
+    return storedOk && failed === 0 && wp.check.ok && (redisRun?.check.ok ?? true) ? 0 : 1
   } finally {
     await Promise.all([...children].map((child) => stop(child, `pid ${child.pid}`)))
     await rm(dir, { recursive: true, force: true })
