@@ -88,18 +88,20 @@ export interface AgentSnapshot {
   configured: boolean
 }
 
-/** Everything the hot state is rebuilt from (storage reads it from ClickHouse). */
 /**
  * A rebuild of the in-process hot state, fed piece by piece (MemoryHotState.beginRestore):
  * first each agent's stored events in one run, then events from anywhere (the journal's
  * unshipped tail), the newest config and pause state of each agent, then finish().
  */
+/** Receives one agent's events, oldest first: the event id's fingerprint (dedup.ts), cost, minute, llm_calls. */
+export type EventSink = (fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => void
+
 export interface Restore {
   /**
    * A run of ALL of one agent's stored events, oldest first (a repeated id counts at its
    * first): call it once per agent, before any event().
    */
-  agent(ref: AgentRef): (fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => void
+  agent(ref: AgentRef): EventSink
   /** One event, counted unless its id is counted already. */
   event(ref: AgentRef, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number): void
   policy(ref: AgentRef, policy: AgentPolicy): void

@@ -177,14 +177,11 @@ function calc(quantities: Quantities, model: string, provider: Provider, timesta
 // for the event that found it, which the library priced: a set whose plan disagrees (a
 // per-request price such as requests_kcount) is priced in full for good.
 
-interface Plan {
-  /** The model's provider with only the reachable price keys, or null: price in full. */
-  pruned: Provider | null
-}
-
 /** Quantity sets remembered per price entry (each a handful in practice; bounded for safety). */
 const MAX_SETS_PER_ENTRY = 256
-const plans = new WeakMap<object, Map<string, Plan>>()
+// price entry → quantity set → the model's provider with only the reachable price keys, or
+// null: price in full.
+const plans = new WeakMap<object, Map<string, Provider | null>>()
 
 function pricePlanned(provider: Provider, model: string, quantities: Quantities, timestamp: Date): Priced | null {
   const entry = singleEntry(provider)
@@ -195,13 +192,13 @@ function pricePlanned(provider: Provider, model: string, quantities: Quantities,
   if (!sets) plans.set(entry, (sets = new Map()))
   const set = Object.keys(quantities).sort().join(',')
   const plan = sets.get(set)
-  if (plan) return calc(quantities, model, plan.pruned ?? provider, timestamp)
+  if (plan !== undefined) return calc(quantities, model, plan ?? provider, timestamp)
   const full = calc(quantities, model, provider, timestamp)
   // Learnt from a priced event only: a refusal says nothing of the next counts of the set.
   if (full === null) return full
   const pruned = prune(provider, entry, quantities, model, timestamp)
   const agrees = pruned !== null && calcOrNull(quantities, model, pruned, timestamp)?.total_price === full.total_price
-  if (sets.size < MAX_SETS_PER_ENTRY) sets.set(set, { pruned: agrees ? pruned : null })
+  if (sets.size < MAX_SETS_PER_ENTRY) sets.set(set, agrees ? pruned : null)
   return full
 }
 

@@ -1,9 +1,9 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
-import type { AgentRef } from '../hot-state/types.ts'
+import type { AgentRef, EventSink } from '../hot-state/types.ts'
 import type { Nano } from '../money.ts'
 import { fromChDateTime } from './clickhouse.ts'
-import { fingerprintOf, type Fingerprint } from '../hot-state/dedup.ts'
+import { fingerprintOf } from '../hot-state/dedup.ts'
 import { clickhouseFailure } from './failures.ts'
 import { insert, select } from './query.ts'
 
@@ -225,9 +225,6 @@ export function seenEvents(client: ClickHouseClient, sinceMs: number, refs: read
  * 18-24 s (bench/history.ts).
  */
 const SCAN_ROWS = 100_000
-
-/** Receives one agent's events, oldest first: the event id's fingerprint (hot-state/dedup.ts), cost, minute, llm_calls. */
-export type EventSink = (fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => void
 
 /**
  * Every event since `sinceMs`, agent by agent (all of an agent's events in one run, oldest
