@@ -16,7 +16,7 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
-import { BURNRATE, ROOT, children, fmt, ratio, run, startBurnrate, stop, table } from './processes.ts'
+import { ROOT, children, createKey, fmt, ratio, run, startBurnrate, stop, table } from './processes.ts'
 import type { LoadSummary } from './load.ts'
 import type { Figure } from './results.ts'
 
@@ -105,8 +105,7 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
   try {
     const readySeconds = await waitReady(burnrate.url, started, 600_000)
     const peakRssBytes = await peakRss(burnrate.child.pid)
-    const keyOut = await run([BURNRATE, 'keys', 'create', '--user', USER, '--name', 'history', '--rate-limit', '100000000'], env, 'keys create', 60_000)
-    const apiKey = keyOut.trim().split('\n').at(-1)!.trim()
+    const apiKey = await createKey(env, 'history', USER)
     // Ingest at a fixed rate on the same agents (every one with a history in the seeded store).
     const load = await run(
       [join(ROOT, 'bench', 'load.ts'), '--url', burnrate.url, '--rate', String(o.rate), '--duration', String(o.duration), '--warmup', '1', '--connections', '50', '--agents', String(o.agents), '--agent-prefix', PREFIX],

@@ -8,7 +8,7 @@ import { once } from 'node:events'
 import { closeSync, openSync, readFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { Redis } from 'ioredis'
-import { REQUEST_TIMEOUT_S, type LoadSummary } from './load.ts'
+import { REQUEST_TIMEOUT_S, type Counts, type LoadSummary } from './load.ts'
 
 export const ROOT = resolve(import.meta.dirname, '..')
 export const NODE = process.execPath
@@ -271,5 +271,40 @@ export async function redisMemory(url: string): Promise<{ agents: number; bytesP
   } finally {
     redis.disconnect()
   }
+}
+
+
+// ---------------------------------------------------------------------------------------
+// A burnrate under test: its key, and the correctness check
+
+/** An API key for `user` from burnrate's CLI, with a rate limit no bench reaches. */
+export async function createKey(env: NodeJS.ProcessEnv, name: string, user = 'bench'): Promise<string> {
+  const out = await run([BURNRATE, 'keys', 'create', '--user', user, '--name', name, '--rate-limit', '100000000'], env, 'burnrate keys create', 60_000)
+  const key = out.trim().split('\n').at(-1)?.trim()
+  if (!key) throw new Error('burnrate keys create printed no key')
+  return key
+}
+
+/** Sum of llm_calls over GET /agents, read until two reads 500 ms apart agree (bounded). */
+export async function storedLlmCalls(url: string, apiKey: string): Promise<number> {
+  const read = async () => {
+    const res = await fetch(new URL('/agents', url), { headers: { 'x-api-key': apiKey }, signal: AbortSignal.timeout(10_000) })
+    if (!res.ok) throw new Error(`GET /agents answered ${res.status}: ${await res.text()}`)
+    const body = (await res.json()) as { agents: { llm_calls: number }[] }
+    return body.agents.reduce((sum, a) => sum + a.llm_calls, 0)
+  }
+  let previous = await read()
+  for (let i = 0; i < 20; i++) {
+    await new Promise((r) => setTimeout(r, 500))
+    const current = await read()
+    if (current === previous) return current
+    previous = current
+  }
+  return previous
+}
+
+/** Requests written but neither answered nor failed: the ones cut off when a run stopped. */
+export function cutOff(c: Counts): number {
+  return Math.max(0, c.sent - c.ok - c.non2xx - c.errors)
 }
 

@@ -10,7 +10,7 @@ import { mkdir } from 'node:fs/promises'
 import { join } from 'node:path'
 import { startRedis } from '../test/helpers/redis.ts'
 import type { LoadSummary } from './load.ts'
-import { BURNRATE, halfOf, load, redisMemory, run, startBurnrate, stop, withCpu, type LoadOptions } from './processes.ts'
+import { createKey, cutOff, halfOf, load, redisMemory, startBurnrate, stop, storedLlmCalls, withCpu, type LoadOptions } from './processes.ts'
 
 export interface RedisModeResult {
   cold: LoadSummary
@@ -30,20 +30,17 @@ export async function redisMode(dir: string, opts: LoadOptions & { warmup: numbe
     for (const name of ['CLICKHOUSE_URL', 'PRICES_FILE']) delete env[name]
     const burnrate = await startBurnrate(env, join(dir, 'burnrate.log'), null)
     try {
-      const keyOut = await run([BURNRATE, 'keys', 'create', '--user', 'bench', '--name', 'redis-mode', '--rate-limit', '100000000'], env, 'keys create', 60_000)
-      const apiKey = keyOut.trim().split('\n').at(-1)!.trim()
+      const apiKey = await createKey(env, 'redis-mode')
       const cold = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: 'once-per-agent' })
       const warm = await withCpu(burnrate.child.pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
       const half = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: { rate: halfOf(warm) } })
       const memory = await redisMemory(redis.url)
-      const res = await fetch(new URL('/agents', burnrate.url), { headers: { 'x-api-key': apiKey } })
-      const stored = ((await res.json()) as { agents: { llm_calls: number }[] }).agents.reduce((n, a) => n + a.llm_calls, 0)
+      const stored = await storedLlmCalls(burnrate.url, apiKey)
       const runs = [cold, warm, half]
       const acked = runs.reduce((n, s) => n + s.ok + (s.warmup?.ok ?? 0), 0)
       // Requests autocannon cut off at the end of a timed run may have been stored unseen.
-      const cut = (c: { sent: number; ok: number; non2xx: number; errors: number }) => Math.max(0, c.sent - c.ok - c.non2xx - c.errors)
-      const cutOff = runs.reduce((n, s) => n + cut(s) + (s.warmup ? cut(s.warmup) : 0), 0)
-      return { cold, warm, half, memory, check: { stored, acked, cutOff, ok: stored >= acked && stored <= acked + cutOff } }
+      const cut = runs.reduce((n, s) => n + cutOff(s) + (s.warmup ? cutOff(s.warmup) : 0), 0)
+      return { cold, warm, half, memory, check: { stored, acked, cutOff: cut, ok: stored >= acked && stored <= acked + cut } }
     } finally {
       await stop(burnrate.child, 'burnrate')
     }

@@ -34,8 +34,8 @@ import { history, historyFigures, historyTable } from './history.ts'
 import { markdown, writeResults, type Figure } from './results.ts'
 import { redisMode, type RedisModeResult } from './redis-mode.ts'
 import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
-import { BURNRATE, NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, table, track, withCpu } from './processes.ts'
-import { DEFAULT_AGENTS, type Counts, type LoadSummary } from './load.ts'
+import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, createKey, cutOff, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
+import { DEFAULT_AGENTS, type LoadSummary } from './load.ts'
 
 
 /** A placeholder x-api-key for the ceiling, shaped like a burnrate key (br_<12 hex>_<43 chars>). */
@@ -114,29 +114,6 @@ function writePath(before: Map<string, number>, after: Map<string, number>, seco
 // ---------------------------------------------------------------------------------------
 // The correctness check
 
-/** Sum of llm_calls over GET /agents, read until two reads 500 ms apart agree (bounded). */
-async function storedLlmCalls(url: string, apiKey: string): Promise<number> {
-  const read = async () => {
-    const res = await fetch(new URL('/agents', url), { headers: { 'x-api-key': apiKey }, signal: AbortSignal.timeout(10_000) })
-    if (!res.ok) throw new Error(`GET /agents answered ${res.status}: ${await res.text()}`)
-    const body = (await res.json()) as { agents: { llm_calls: number }[] }
-    return body.agents.reduce((sum, a) => sum + a.llm_calls, 0)
-  }
-  let previous = await read()
-  for (let i = 0; i < 20; i++) {
-    await new Promise((r) => setTimeout(r, 500))
-    const current = await read()
-    if (current === previous) return current
-    previous = current
-  }
-  return previous
-}
-
-/** Requests written but neither answered nor failed: the ones cut off when a run stopped. */
-function cutOff(c: Counts): number {
-  return Math.max(0, c.sent - c.ok - c.non2xx - c.errors)
-}
-
 function failures(s: LoadSummary): number {
   return s.non2xx + s.errors + (s.warmup ? s.warmup.non2xx + s.warmup.errors : 0)
 }
@@ -192,9 +169,7 @@ async function main(): Promise<number> {
     const passed = [...PASSED_ENV, 'REDIS_URL'].filter((name) => env[name]).map((name) => `${name}=${env[name]}`)
     const logFile = join(dir, 'burnrate.log')
     const burnrate = await startBurnrate(env, logFile, opts.cpuProfDir)
-    const keyOut = await run([BURNRATE, 'keys', 'create', '--user', 'bench', '--name', 'bench', '--rate-limit', '100000000'], env, 'burnrate keys create', 60_000)
-    const apiKey = keyOut.trim().split('\n').at(-1)?.trim()
-    if (!apiKey) throw new Error('burnrate keys create printed no key')
+    const apiKey = await createKey(env, 'bench')
     console.log(`burnrate at ${burnrate.url}${passed.length ? ` (${passed.join(' ')})` : ''}: loading…`)
     // The warmup runs on agents of its own, so every measured event of the pass is an agent's first.
     const bCold = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: 'once-per-agent' })

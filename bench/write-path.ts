@@ -20,7 +20,7 @@ import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { startClickHouseServer } from '../test/helpers/clickhouse-server.ts'
 import type { LoadSummary } from './load.ts'
-import { BURNRATE, ROOT, bucketQuantile, children, fmt, run, scrape, startBurnrate, stop, table } from './processes.ts'
+import { ROOT, bucketQuantile, children, createKey, fmt, run, scrape, startBurnrate, stop, storedLlmCalls, table } from './processes.ts'
 import type { Figure } from './results.ts'
 
 export interface WritePathResult {
@@ -50,8 +50,7 @@ export async function writePathScenario(o: { rate: number; duration: number }): 
     for (const name of ['REDIS_URL', 'PRICES_FILE', 'CLICKHOUSE_USER', 'CLICKHOUSE_PASSWORD', 'CLICKHOUSE_DATABASE']) delete env[name]
     const burnrate = await startBurnrate(env, join(dir, 'burnrate.log'), null)
     try {
-      const keyOut = await run([BURNRATE, 'keys', 'create', '--user', 'bench', '--name', 'write-path', '--rate-limit', '100000000'], env, 'keys create', 60_000)
-      const apiKey = keyOut.trim().split('\n').at(-1)!.trim()
+      const apiKey = await createKey(env, 'write-path')
       const ingest = async (prefix: string, rate: number) => {
         const out = await run(
           [join(ROOT, 'bench', 'load.ts'), '--url', burnrate.url, '--rate', String(rate), '--duration', String(o.duration), '--warmup', '0', '--connections', '50', '--agent-prefix', prefix],
@@ -87,8 +86,7 @@ export async function writePathScenario(o: { rate: number; duration: number }): 
 
       // 4. Every acknowledged event stored once.
       const acked = steadyLoad.ok + outageLoad.ok
-      const res = await fetch(new URL('/agents', burnrate.url), { headers: { 'x-api-key': apiKey } })
-      const stored = ((await res.json()) as { agents: { llm_calls: number }[] }).agents.reduce((n, a) => n + a.llm_calls, 0)
+      const stored = await storedLlmCalls(burnrate.url, apiKey)
       return {
         rate: o.rate,
         steady: {
