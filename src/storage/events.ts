@@ -194,8 +194,7 @@ export function windowMinutes(client: ClickHouseClient, sinceMs: number, refs: r
        FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${agentsFilter(refs)}
        GROUP BY user_id, agent_id, event_id
      )
-     GROUP BY user_id, agent_id, minute ORDER BY minute
-     ${BY_AGENT}`,
+     GROUP BY user_id, agent_id, minute ORDER BY minute`,
     { since: sinceMs, ...agentsParams(refs) },
     minuteRow,
   )
@@ -211,8 +210,7 @@ export function seenEvents(client: ClickHouseClient, sinceMs: number, refs: read
     `SELECT user_id, agent_id, toString(event_id) AS event_id, argMin(cost_nano, timestamp) AS cost_nano,
             min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute
      FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${agentsFilter(refs)}
-     GROUP BY user_id, agent_id, event_id
-     ${BY_AGENT}`,
+     GROUP BY user_id, agent_id, event_id`,
     { since: sinceMs, ...agentsParams(refs) },
     seenRow,
   )
@@ -328,14 +326,6 @@ function sameBytes(body: Buffer, a: number, b: number, len: number): boolean {
   for (let k = 0; k < len; k++) if (body[a + k] !== body[b + k]) return false
   return true
 }
-
-/**
- * The loads of a batch of agents read by the primary key, (user_id, agent_id, …): left to
- * choose, ClickHouse read them from the (user_id, timestamp) projection of sql/0011, which
- * matches `user_id IN … AND timestamp >= …` as well, and the cold start of REDIS_URL agents
- * went from 330 to 249 agents/s (bench/, redis-mode). windowMinutes and seenEvents say so.
- */
-const BY_AGENT = 'SETTINGS optimize_use_projections = 0'
 
 /**
  * Narrows a rebuild query to a batch of agents (on-demand loads), or leaves it whole. By
