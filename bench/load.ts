@@ -90,7 +90,8 @@ async function saturation(
   connections: number,
   length: { seconds: number } | { amount: number },
 ): Promise<Measured> {
-  const r = await autocannon({
+  // Without a callback autocannon returns its tracker, an event emitter that is also the result's promise.
+  const run = autocannon({
     url: url.href,
     method: 'POST',
     headers,
@@ -101,16 +102,23 @@ async function saturation(
     pipelining: 1,
     ...('amount' in length ? { amount: length.amount } : { duration: length.seconds }),
     timeout: REQUEST_TIMEOUT_S,
-  })
+  }) as Promise<autocannon.Result> & autocannon.Instance
+  // autocannon ends a run on its next one-second tick, so its own duration of a run bounded by
+  // `amount` is rounded up to whole seconds: such a run lasts until its last answer.
+  const started = performance.now()
+  let answered = started
+  run.on('response', () => (answered = performance.now()))
+  const r = await run
+  const durationS = 'amount' in length ? (answered - started) / 1000 : r.duration
   return {
     ok: r['2xx'],
     non2xx: r.non2xx,
     errors: r.errors,
     timeouts: r.timeouts,
     sent: r.requests.sent,
-    durationS: r.duration,
+    durationS,
     // Not autocannon's average of per-second counts, which a run shorter than a second has none of.
-    requestsPerSec: r.duration > 0 ? r['2xx'] / r.duration : 0,
+    requestsPerSec: durationS > 0 ? r['2xx'] / durationS : 0,
     latencyMs: { mean: r.latency.average, p50: r.latency.p50, p97_5: r.latency.p97_5, p99: r.latency.p99, max: r.latency.max },
     statusCodes: Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, s]) => [code, s.count ?? 0])),
     lateMs: null,
