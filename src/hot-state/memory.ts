@@ -14,6 +14,7 @@ import {
   type AgentRef,
   type AgentSnapshot,
   type HotState,
+  type ListedAgent,
   type PauseState,
   type RecordEvent,
   type RecordInput,
@@ -96,41 +97,30 @@ export class MemoryHotState implements HotState {
     return { counted: true, costNano: e.costNano, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions }
   }
 
-  async activeAgents(userId: string, now: number): Promise<string[]> {
+  async listAgents(userId: string, now: number): Promise<ListedAgent[]> {
+    // One synchronous pass over the user's agents and at most one append: GET /agents reads
+    // every agent of a user (10,000 in bench/), so nothing is allocated per agent but its entry.
     const nowMinute = minuteOf(now)
-    const active: string[] = []
+    const listed: ListedAgent[] = []
+    const transitions: Transition[] = []
     for (const [agentId, agent] of this.#byUser.get(userId) ?? []) {
       agent.window.expire(nowMinute)
-      if (!agent.window.empty) active.push(agentId)
+      if (agent.window.empty) continue
+      const transition = this.#evaluate({ userId, agentId }, agent, now, false)
+      if (transition) transitions.push(transition)
+      listed.push({ agentId, snapshot: snapshotOf(agent) })
     }
-    return active
+    if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
+    return listed
   }
 
   async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }> {
-    const { snapshot, transition } = this.#read(ref, now)
-    // Reads append past the bound: a relaxing transition is rare, and a read never fails for it.
-    if (transition) await this.#journal.append([asRow(transition)], now)
-    return { snapshot, transition }
-  }
-
-  async getMany(userId: string, agentIds: readonly string[], now: number) {
-    // One synchronous pass and at most one append: GET /agents reads every agent of a user.
-    const snapshots: AgentSnapshot[] = []
-    const transitions: Transition[] = []
-    const agents = this.#byUser.get(userId)
-    for (const agentId of agentIds) {
-      const { snapshot, transition } = this.#read({ userId, agentId }, now, agents?.get(agentId))
-      snapshots.push(snapshot)
-      if (transition) transitions.push(transition)
-    }
-    if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
-    return { snapshots, transitions }
-  }
-
-  #read(ref: AgentRef, now: number, agent = this.#agents.get(agentKey(ref))): { snapshot: AgentSnapshot; transition: Transition | null } {
+    const agent = this.#agents.get(agentKey(ref))
     if (!agent) return { snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: DEFAULT_POLICY, configured: false }, transition: null }
     agent.window.expire(minuteOf(now))
     const transition = this.#evaluate(ref, agent, now, false)
+    // Reads append past the bound: a relaxing transition is rare, and a read never fails for it.
+    if (transition) await this.#journal.append([asRow(transition)], now)
     return { snapshot: snapshotOf(agent), transition }
   }
 

@@ -17,6 +17,7 @@ import {
   type AgentRef,
   type AgentSnapshot,
   type HotState,
+  type ListedAgent,
   type PauseReason,
   type RecordEvent,
   type RecordResult,
@@ -117,6 +118,7 @@ export class RedisHotState implements HotState {
    * it may list an agent whose last event has just left the window, which the caller's
    * snapshot (active) settles.
    */
+  /** The agents of the user's index (those with events in the window, and perhaps some that just left it). */
   async activeAgents(userId: string, now: number): Promise<string[]> {
     const key = this.#userKey(userId)
     const first = await unavailableOnError(() => this.#scripts.burnrateAgents(key, now))
@@ -130,13 +132,12 @@ export class RedisHotState implements HotState {
     return second as string[]
   }
 
-  async getMany(userId: string, agentIds: readonly string[], now: number) {
-    // Issued together: one round trip for the listing.
+  async listAgents(userId: string, now: number): Promise<ListedAgent[]> {
+    const agentIds = await this.activeAgents(userId, now)
+    // Issued together: one round trip for the listing. The index may still name an agent
+    // whose last event just left the window; its own state says so.
     const results = await Promise.all(agentIds.map((agentId) => this.get({ userId, agentId }, now)))
-    return {
-      snapshots: results.map((r) => r.snapshot),
-      transitions: results.flatMap((r) => (r.transition ? [r.transition] : [])),
-    }
+    return agentIds.flatMap((agentId, i) => (results[i]!.snapshot.active ? [{ agentId, snapshot: results[i]!.snapshot }] : []))
   }
 
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null> {

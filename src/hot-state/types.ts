@@ -88,6 +88,11 @@ export interface AgentSnapshot {
   configured: boolean
 }
 
+export interface ListedAgent {
+  agentId: string
+  snapshot: AgentSnapshot
+}
+
 /**
  * A rebuild of the in-process hot state, fed piece by piece (MemoryHotState.beginRestore):
  * first each agent's stored events in one run, then events from anywhere (the journal's
@@ -128,10 +133,11 @@ export interface HotState {
   record(event: RecordEvent, now: number): Promise<RecordResult>
   /** The agent's window and state; relaxing rules (override cleared, auto-resume) apply and are journaled. */
   get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }>
-  /** The user's agents with events in the window. */
-  activeAgents(userId: string, now: number): Promise<string[]>
-  /** Snapshots of several agents of one user (for listings). */
-  getMany(userId: string, agentIds: readonly string[], now: number): Promise<{ snapshots: AgentSnapshot[]; transitions: Transition[] }>
+  /**
+   * GET /agents: the user's agents with events in the window, each with its snapshot, in no
+   * particular order; relaxing rules apply and are journaled, as in get().
+   */
+  listAgents(userId: string, now: number): Promise<ListedAgent[]>
   /** POST /config: the policy and its agent_configs row, and the end of a manual override a changed threshold causes. */
   setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null>
   /** POST /config/pause: a manual pause or resume; null when the state already was that. */

@@ -148,13 +148,14 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     const { hs } = await make()
     await recordAll(hs, [ev(1, T0, { agentId: 'x' }), ev(1, T0 + 60 * MINUTE_MS, { agentId: 'y' }), ev(1, T0, { userId: 'v', agentId: 'z' })], T0 + 60 * MINUTE_MS)
     await hs.setPolicy({ userId: 'u', agentId: 'configured-only' }, policy(1), T0)
-    expect((await hs.activeAgents('u', T0 + 60 * MINUTE_MS)).sort()).toEqual(['x', 'y'])
-    expect(await hs.activeAgents('v', T0 + 60 * MINUTE_MS)).toEqual(['z'])
+    const ids = async (userId: string, now: number) => (await hs.listAgents(userId, now)).map((a) => a.agentId).sort()
+    expect(await ids('u', T0 + 60 * MINUTE_MS)).toEqual(['x', 'y'])
+    expect(await ids('v', T0 + 60 * MINUTE_MS)).toEqual(['z'])
+    // x's only minute has left the window.
     const later = T0 + 1440 * MINUTE_MS
-    const listed = await hs.activeAgents('u', later)
-    // x's only minute has left the window; an index may still name it, its snapshot says it is gone.
-    const { snapshots } = await hs.getMany('u', listed, later)
-    expect(listed.filter((_, i) => snapshots[i]!.active)).toEqual(['y'])
+    const listed = await hs.listAgents('u', later)
+    expect(listed.map((a) => a.agentId)).toEqual(['y'])
+    expect(listed[0]!.snapshot).toMatchObject({ active: true, totalNano: 1, llmCalls: 1, configured: false })
   })
 
   it('pauses on the event that goes strictly above the threshold, once, and journals the transition with the event', async () => {
