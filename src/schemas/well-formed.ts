@@ -7,25 +7,31 @@ export const MAX_DEPTH = 32
  * Checks request data at the edge (issue 9), before any schema: every string, object keys
  * included, must be well-formed Unicode (a lone UTF-16 surrogate, which JSON's \u escapes
  * can carry, is refused: ClickHouse, Redis key names and URLs cannot hold it as it is), and
- * objects and arrays nest at most MAX_DEPTH levels. Iterative, so no depth of input reaches
- * the stack. Throws a 400 problem naming the first field at fault.
+ * objects and arrays nest at most MAX_DEPTH levels. Throws a 400 problem naming the first
+ * field at fault. The walk recurses at most MAX_DEPTH + 1 deep, whatever the input, and
+ * allocates nothing unless it finds a fault (a path per value was 6 % of what a request
+ * allocated: bench/).
  */
 export function assertWellFormed(data: unknown, code: 'invalid_body' | 'invalid_query'): void {
-  const stack: Array<{ value: unknown; path: string[]; depth: number }> = [{ value: data, path: [], depth: 1 }]
-  while (stack.length > 0) {
-    const { value, path, depth } = stack.pop()!
-    if (typeof value === 'string') {
-      if (!value.isWellFormed()) refuse(code, path, 'must be well-formed Unicode (it holds a lone UTF-16 surrogate)')
-      continue
-    }
-    if (value === null || typeof value !== 'object') continue
-    if (depth > MAX_DEPTH) refuse(code, path, `nests deeper than ${MAX_DEPTH} levels`)
-    for (const [key, child] of Object.entries(value)) {
-      const at = [...path, key]
-      if (!key.isWellFormed()) refuse(code, at, 'is a key that is not well-formed Unicode (it holds a lone UTF-16 surrogate)')
-      stack.push({ value: child, path: at, depth: depth + 1 })
+  const fault = faultIn(data, 1)
+  if (fault) refuse(code, fault.path.reverse(), fault.message)
+}
+
+/** The first fault under `value`, its path innermost key first. */
+function faultIn(value: unknown, depth: number): { path: string[]; message: string } | null {
+  if (typeof value === 'string') return value.isWellFormed() ? null : { path: [], message: 'must be well-formed Unicode (it holds a lone UTF-16 surrogate)' }
+  if (value === null || typeof value !== 'object') return null
+  if (depth > MAX_DEPTH) return { path: [], message: `nests deeper than ${MAX_DEPTH} levels` }
+  for (const key in value) {
+    if (!Object.hasOwn(value, key)) continue
+    if (!key.isWellFormed()) return { path: [key], message: 'is a key that is not well-formed Unicode (it holds a lone UTF-16 surrogate)' }
+    const fault = faultIn((value as Record<string, unknown>)[key], depth + 1)
+    if (fault) {
+      fault.path.push(key)
+      return fault
     }
   }
+  return null
 }
 
 function refuse(code: 'invalid_body' | 'invalid_query', path: readonly string[], message: string): never {
