@@ -21,3 +21,8 @@ export class ManualClock implements Clock {
     this.#ms = ms
   }
 }
+
+/** An instant as JSON shows it (ISO 8601 UTC), or null for none. */
+export function isoOrNull(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString()
+}

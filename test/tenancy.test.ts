@@ -12,6 +12,8 @@ const AGENT = 'shared'
 const A_WEBHOOK = 'https://hooks.example.com/services/TAAAA/BAAAA/secretpathofusera'
 /** gpt-4o-mini at 0.15 / 0.6 USD per 1M tokens: 1000 in + 500 out. */
 const B_CALL_USD = (1000 * 0.15 + 500 * 0.6) / 1e6
+/** What is left of a budget, as the API computes it: in nano-USD. */
+const left = (thresholdUsd: number, spentUsd: number) => (Math.round(thresholdUsd * 1e9) - Math.round(spentUsd * 1e9)) / 1e9
 
 interface Tenant {
   user: string
@@ -55,10 +57,12 @@ describe('two users with the same agent_id see only their own data', () => {
   it('GET /agents lists only the caller\'s agent, with the caller\'s totals, threshold and pause flag', async () => {
     const { a, b } = await twoTenants()
     expect((await h.get('/agents', b.key)).json()).toEqual({
-      agents: [{ agent_id: AGENT, total_cost_usd: B_CALL_USD, llm_calls: 1, is_paused: false }],
+      agents: [{ agent_id: AGENT, total_cost_usd: B_CALL_USD, llm_calls: 1, is_paused: false, paused_reason: null, remaining_usd: left(10, B_CALL_USD) }],
     })
     expect((await h.get('/agents', a.key)).json()).toEqual({
-      agents: [{ agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 5, is_paused: true }],
+      agents: [
+        { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 5, is_paused: true, paused_reason: 'manual', remaining_usd: left(5, 2 * LLM_CALL_USD) },
+      ],
     })
   })
 
@@ -179,7 +183,14 @@ describe('one user\'s writes never change another user\'s agent of the same id',
     expect((await send(a, llmCall(AGENT))).paused).toBe(false)
     expect((await send(b, llmCall(AGENT))).paused).toBe(true) // 0.0075 > 0.001
     expect((await send(a, llmCall(AGENT))).paused).toBe(false) // A: default 10 USD
-    expect((await h.get('/agents', a.key)).json().agents[0]).toEqual({ agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, is_paused: false })
+    expect((await h.get('/agents', a.key)).json().agents[0]).toEqual({
+      agent_id: AGENT,
+      total_cost_usd: 2 * LLM_CALL_USD,
+      llm_calls: 2,
+      is_paused: false,
+      paused_reason: null,
+      remaining_usd: left(10, 2 * LLM_CALL_USD),
+    })
   })
 
   it('B\'s events never count in A\'s total_cost_24h', async () => {
@@ -222,7 +233,7 @@ describe('several keys of one user', () => {
       expect(r2.json(), path).toEqual(r1.json())
     }
     expect((await h.get('/agents', k1)).json().agents).toEqual([
-      { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 7, is_paused: true },
+      { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 7, is_paused: true, paused_reason: 'manual', remaining_usd: left(7, 2 * LLM_CALL_USD) },
     ])
     expect((await h.get('/agents/events', k2)).json().events.map((e: { event_id: string }) => e.event_id)).toEqual([second.event_id, first.event_id])
   })

@@ -1,5 +1,5 @@
 import type { ClickHouseClient } from '@clickhouse/client'
-import type { Clock } from '../clock.ts'
+import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
 import { DEFAULT_POLICY, type AgentPolicy, type HotState } from '../hot-state/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
@@ -73,6 +73,8 @@ export class AgentService {
       llm_calls: s.llmCalls,
       cost_threshold_usd: s.configured ? nanoToUsd(s.policy.thresholdNano) : undefined,
       is_paused: s.pause.paused,
+      paused_reason: s.pause.reason,
+      remaining_usd: nanoToUsd(s.policy.thresholdNano - s.totalNano),
     }))
   }
 
@@ -108,8 +110,10 @@ export class AgentService {
       // may lag an acknowledged event by the shipper's interval plus one INSERT.
       total_cost_usd: nanoToUsd(snapshot.totalNano),
       llm_calls: snapshot.llmCalls,
-      is_paused: state.snapshot.pause.paused,
-      paused_reason: state.snapshot.pause.reason,
+      is_paused: snapshot.pause.paused,
+      paused_reason: snapshot.pause.reason,
+      remaining_usd: nanoToUsd(snapshot.policy.thresholdNano - snapshot.totalNano),
+      projected_exhaustion_at: isoOrNull(state.exhaustionAt),
       config: snapshot.configured ? formatConfig(snapshot.policy) : null,
       cost_by_model: byModel.map((m) => ({
         model: m.model,

@@ -5,6 +5,7 @@ import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
 import { evaluate, manual } from './policy.ts'
+import { exhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
 import { RollingWindow } from './window.ts'
 import {
@@ -82,7 +83,7 @@ export class MemoryHotState implements HotState {
     const fp = fingerprint(e.userId, e.agentId, e.eventId)
     const seenCost = this.#seen.get(fp, nowMinute)
     if (seenCost !== undefined) {
-      return { counted: false, costNano: seenCost, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions: [] }
+      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), paused: agent.pause.paused, transitions: [] }
     }
     const minute = minuteOf(e.at)
     this.#seen.add(fp, e.costNano, minute)
@@ -94,7 +95,14 @@ export class MemoryHotState implements HotState {
     agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
     const crossed = this.#evaluate(e, agent, now, true)
     if (crossed) transitions.push(crossed)
-    return { counted: true, costNano: e.costNano, totalNano: agent.window.totalNano, paused: agent.pause.paused, transitions }
+    return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), paused: agent.pause.paused, transitions }
+  }
+
+  /** The total against the threshold, and when it reaches it (projection.ts). */
+  #budget(agent: AgentEntry, now: number): { totalNano: Nano; thresholdNano: Nano; exhaustionAt: number | null } {
+    const { window, policy } = agent
+    const spend = { totalNano: window.totalNano, lastHourNano: window.lastHourNano(minuteOf(now)), hours: window.hours }
+    return { totalNano: window.totalNano, thresholdNano: policy.thresholdNano, exhaustionAt: exhaustionAt(spend, policy.thresholdNano, now) }
   }
 
   async listAgents(userId: string, now: number): Promise<ListedAgent[]> {
@@ -114,14 +122,17 @@ export class MemoryHotState implements HotState {
     return listed
   }
 
-  async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }> {
+  async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
     const agent = this.#agents.get(agentKey(ref))
-    if (!agent) return { snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: DEFAULT_POLICY, configured: false }, transition: null }
+    if (!agent) {
+      return { snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: DEFAULT_POLICY, configured: false }, transition: null, exhaustionAt: null }
+    }
     agent.window.expire(minuteOf(now))
     const transition = this.#evaluate(ref, agent, now, false)
+    const { exhaustionAt } = this.#budget(agent, now)
     // Reads append past the bound: a relaxing transition is rare, and a read never fails for it.
     if (transition) await this.#journal.append([asRow(transition)], now)
-    return { snapshot: snapshotOf(agent), transition }
+    return { snapshot: snapshotOf(agent), transition, exhaustionAt }
   }
 
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null> {

@@ -9,6 +9,7 @@ import { configRow } from '../storage/configs.ts'
 import { redisFailure } from '../storage/failures.ts'
 import { agentKeyId, eventFingerprint, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../window.ts'
+import { exhaustionAt, type Spend } from './projection.ts'
 import {
   DEFAULT_POLICY,
   type AgentLoad,
@@ -87,18 +88,20 @@ export class RedisHotState implements HotState {
         eventFingerprint(e.userId, e.agentId, e.eventId),
       ),
     )) as RecordReply
-    const [counted, total, paused, cost, ...transitions] = reply
+    const [counted, total, paused, cost, threshold, spend, ...transitions] = reply
     return {
       counted: counted === 1,
       costNano: Number(cost),
       totalNano: Number(total),
+      thresholdNano: Number(threshold),
+      exhaustionAt: exhaustionAt(spendOf(total, spend), Number(threshold), now),
       paused: paused === 1,
       transitions: transitions.map((t) => transitionOf(e, now, t)),
     }
   }
 
-  async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }> {
-    const [s, t] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...head))) as GetReply
+  async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
+    const [s, t, spend] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...head))) as GetReply
     const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active] = s
     return {
       snapshot: {
@@ -110,6 +113,7 @@ export class RedisHotState implements HotState {
         configured: configured === 1,
       },
       transition: t ? transitionOf(ref, now, t) : null,
+      exhaustionAt: exhaustionAt(spendOf(total, spend), Number(threshold), now),
     }
   }
 
@@ -326,8 +330,14 @@ type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>
 
 /** {reason, paused, override, total, threshold, webhook, version} from lib.lua transition(). */
 type TransitionReply = [TransitionReason, number, number, string, string, string | null, string]
-type RecordReply = [number, string, number, string, ...TransitionReply[]]
-type GetReply = [[string, string, number, string, number, string, number, string | null, number, number], TransitionReply | null]
+/** lib.lua spend(): the last 60 minutes' cost, and [hour, cost, …] oldest first. */
+type SpendReply = [string, string[]]
+type RecordReply = [number, string, number, string, string, SpendReply, ...TransitionReply[]]
+type GetReply = [[string, string, number, string, number, string, number, string | null, number, number], TransitionReply | null, SpendReply]
+
+function spendOf(total: string, [lastHour, hours]: SpendReply): Spend {
+  return { totalNano: Number(total), lastHourNano: Number(lastHour), hours: hours.map(Number) }
+}
 
 function agentId(ref: AgentRef): string {
   return `${ref.userId}\0${ref.agentId}`

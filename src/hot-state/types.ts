@@ -71,6 +71,10 @@ export interface RecordResult {
   /** The cost the event is counted at: for a repeat, its first cost. */
   costNano: Nano
   totalNano: Nano
+  /** The agent's threshold, for what is left of it. */
+  thresholdNano: Nano
+  /** When the total reaches the threshold at the last hour's rate (projection.ts), epoch ms, or null. */
+  exhaustionAt: number | null
   paused: boolean
   /** What this event changed: at most an ended override (the window expired first) and a budget pause. */
   transitions: Transition[]
@@ -131,8 +135,12 @@ export interface HotState {
    * JournalFullError at the journal's bound, before anything changed.
    */
   record(event: RecordEvent, now: number): Promise<RecordResult>
-  /** The agent's window and state; relaxing rules (override cleared, auto-resume) apply and are journaled. */
-  get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null }>
+  /**
+   * The agent's window and state, and when its total reaches its threshold at the last
+   * hour's rate (projection.ts); relaxing rules (override cleared, auto-resume) apply and
+   * are journaled.
+   */
+  get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }>
   /**
    * GET /agents: the user's agents with events in the window, each with its snapshot, in no
    * particular order; relaxing rules apply and are journaled, as in get().

@@ -22,6 +22,12 @@ export class RollingWindow {
   #meta: Uint32Array
   #head = 0
   #size = 0
+  /**
+   * The buckets' cost per UTC hour, oldest first, flat: [hour, costNano, …], 25 hours at
+   * most once expired (the projection reads these, projection.ts). A small array of
+   * doubles, which the garbage collector does not scan.
+   */
+  readonly #hours: number[] = []
   totalNano: Nano = 0
   llmCalls = 0
 
@@ -40,6 +46,8 @@ export class RollingWindow {
       if (this.#meta[2 * last]! >= minute) {
         this.#costs[last]! += costNano
         this.#meta[2 * last + 1]! += llmCalls
+        // The newest bucket is in the newest hour.
+        this.#hours[this.#hours.length - 1]! += costNano
         return
       }
     }
@@ -48,19 +56,42 @@ export class RollingWindow {
     this.#costs[i] = costNano
     this.#meta[2 * i] = minute
     this.#meta[2 * i + 1] = llmCalls
+    const hour = Math.floor(minute / 60)
+    if (this.#hours.length > 0 && this.#hours[this.#hours.length - 2] === hour) this.#hours[this.#hours.length - 1]! += costNano
+    else this.#hours.push(hour, costNano)
   }
 
   expire(nowMinute: number): void {
     while (this.#size > 0 && !inWindow(this.#meta[2 * this.#head]!, nowMinute)) {
+      const minute = this.#meta[2 * this.#head]!
       this.totalNano -= this.#costs[this.#head]!
       this.llmCalls -= this.#meta[2 * this.#head + 1]!
+      this.#hours[1]! -= this.#costs[this.#head]!
       this.#head = this.#slot(1)
       this.#size--
+      // The oldest hour goes with its last bucket.
+      if (this.#size === 0 || Math.floor(this.#meta[2 * this.#head]! / 60) !== Math.floor(minute / 60)) this.#hours.splice(0, 2)
     }
   }
 
   get empty(): boolean {
     return this.#size === 0
+  }
+
+  /** Spent in the 60 minutes up to `nowMinute` (the buckets newer than nowMinute - 60). */
+  lastHourNano(nowMinute: number): Nano {
+    let sum = 0
+    for (let n = this.#size - 1; n >= 0; n--) {
+      const i = this.#slot(n)
+      if (this.#meta[2 * i]! <= nowMinute - 60) break
+      sum += this.#costs[i]!
+    }
+    return sum
+  }
+
+  /** The cost per UTC hour, oldest first, flat [hour, costNano, …]: read it before the window changes again. */
+  get hours(): readonly number[] {
+    return this.#hours
   }
 
   /** The ring index of the `n`th bucket from the oldest. */

@@ -14,6 +14,9 @@ export interface IngestReply {
   costNano: number
   paused: boolean
   totalNano: number
+  thresholdNano: number
+  /** When the total reaches the threshold at the last hour's rate, epoch ms, or null (never). */
+  exhaustionAt: number | null
   duplicate: boolean
 }
 
@@ -57,6 +60,7 @@ export class IngestService {
       if (row.unpriced_quantities?.length) this.#d.onUnpriced?.(row.unpriced_quantities)
       announceBudgetPauses(step.transitions, this.#d.log, this.#d.notifier)
     }
-    return { eventId, costNano: step.costNano, paused: step.paused, totalNano: step.totalNano, duplicate: !step.counted }
+    const { costNano, paused, totalNano, thresholdNano, exhaustionAt } = step
+    return { eventId, costNano, paused, totalNano, thresholdNano, exhaustionAt, duplicate: !step.counted }
   }
 }

@@ -12,13 +12,15 @@ const AGENTS_LIST = {
       type: 'array',
       items: {
         type: 'object',
-        required: ['agent_id', 'total_cost_usd', 'llm_calls', 'is_paused'],
+        required: ['agent_id', 'total_cost_usd', 'llm_calls', 'is_paused', 'paused_reason', 'remaining_usd'],
         properties: {
           agent_id: { type: 'string' },
           total_cost_usd: { type: 'number' },
           llm_calls: { type: 'integer' },
           cost_threshold_usd: { type: 'number' },
           is_paused: { type: 'boolean' },
+          paused_reason: { type: ['string', 'null'] },
+          remaining_usd: { type: 'number' },
         },
       },
     },

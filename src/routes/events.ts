@@ -1,5 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { IngestService } from '../ingest/service.ts'
+import { isoOrNull } from '../clock.ts'
 import { nanoToUsd } from '../money.ts'
 import { eventBody } from '../schemas/event.ts'
 import { parse, principal } from './parse.ts'
@@ -17,6 +18,8 @@ export const eventsRoutes =
         cost_usd: nanoToUsd(reply.costNano),
         paused: reply.paused,
         total_cost_24h: nanoToUsd(reply.totalNano),
+        remaining_usd: nanoToUsd(reply.thresholdNano - reply.totalNano),
+        projected_exhaustion_at: isoOrNull(reply.exhaustionAt),
         ...(reply.duplicate ? { duplicate: true } : {}),
       }
     })

@@ -158,6 +158,30 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect(listed[0]!.snapshot).toMatchObject({ active: true, totalNano: 1, llmCalls: 1, configured: false })
   })
 
+  it('projects when the total reaches the threshold at the last hour\'s rate, waiting for what leaves the window', async () => {
+    const { hs } = await make()
+    const HOUR_MS = 60 * MINUTE_MS
+    await hs.setPolicy(ref, policy(10), T0)
+    // 5 USD in T0's hour (it leaves 24 h after that hour's last minute, 24 h 59 min after the
+    // hour began), then 1 USD 22 h 50 min later: 6 USD, 1 USD in the last hour.
+    const first = await hs.record(ev(5 * USD, T0), T0)
+    expect(first).toMatchObject({ totalNano: 5 * USD, thresholdNano: 10 * USD })
+    // All 5 USD in the last hour: 1 h more at 5 USD/h.
+    expect(first.exhaustionAt).toBe(T0 + HOUR_MS)
+    const later = T0 + 22 * HOUR_MS + 50 * MINUTE_MS
+    const second = await hs.record(ev(USD, later), later)
+    // 4 USD to go would take 4 h, but the 5 USD leave first (2 h 8 min 30 s from now); then 9 USD to go: 9 h.
+    expect(second).toMatchObject({ totalNano: 6 * USD, thresholdNano: 10 * USD, exhaustionAt: later + 9 * HOUR_MS })
+    const now = T0 + 23 * HOUR_MS
+    expect((await hs.get(ref, now)).exhaustionAt).toBe(now + 9 * HOUR_MS)
+    // Nothing in the last hour: no projection. Over the threshold: exhausted now.
+    expect((await hs.get(ref, now + 2 * HOUR_MS)).exhaustionAt).toBeNull()
+    const over = await hs.record(ev(9 * USD, now + 2 * HOUR_MS), now + 2 * HOUR_MS)
+    expect(over).toMatchObject({ totalNano: 10 * USD, exhaustionAt: now + 2 * HOUR_MS })
+    // An agent never seen: nothing spent, nothing projected.
+    expect((await hs.get({ userId: 'u', agentId: 'unseen' }, now)).exhaustionAt).toBeNull()
+  })
+
   it('pauses on the event that goes strictly above the threshold, once, and journals the transition with the event', async () => {
     const { hs, journaled } = await make()
     await hs.setPolicy(ref, policy(1), T0)

@@ -258,6 +258,29 @@ describe('redis hot state: keys', () => {
   })
 })
 
+describe('redis hot state: hourly sums (issue 12)', () => {
+  it('gives an agent kept before hourly sums existed its sums once, from its minute buckets', async () => {
+    const p = prefix()
+    const hs = hot({ prefix: p, loader: countingLoader() })
+    const later = T0 + 22 * 60 * MINUTE_MS + 50 * MINUTE_MS
+    await hs.record(ev(5 * USD), T0)
+    await hs.record(ev(USD, { at: later }), later)
+    const before = (await hs.get(ref, later)).exhaustionAt
+    expect(before).toBe(later + 9 * 60 * MINUTE_MS)
+    // What an agent of the earlier version holds: no h<hour> fields, no 'hours' mark.
+    const [a, w] = ['a', 'w'].map((s) => `:hs:${agentKeyId(ref.userId, ref.agentId)}:${s}`) as [string, string]
+    const keys = await server.redis.keys(`${p}*`)
+    const stateKey = keys.find((k) => k.endsWith(a))!
+    const bucketsKey = keys.find((k) => k.endsWith(w))!
+    const hourFields = (await server.redis.hkeys(bucketsKey)).filter((f) => f.startsWith('h'))
+    expect(hourFields).toHaveLength(2)
+    await server.redis.hdel(bucketsKey, ...hourFields)
+    await server.redis.hdel(stateKey, 'hours')
+    expect((await hs.get(ref, later)).exhaustionAt).toBe(before)
+    expect((await server.redis.hkeys(bucketsKey)).filter((f) => f.startsWith('h')).sort()).toEqual(hourFields.sort())
+  })
+})
+
 describe('redis hot state: event ids', () => {
   it('remembers 20,000 ids of 200 agents in at most 64 bytes each, in compact buckets, and finds every one', async () => {
     const p = prefix()

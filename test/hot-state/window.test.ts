@@ -7,7 +7,8 @@ import { WINDOW_MINUTES, inWindow } from '../../src/window.ts'
  * The rolling window keeps its buckets in a ring that grows (src/hot-state/window.ts). Over
  * any sequence of events and expiries, its totals must be those of the rule written plainly:
  * a list of minute buckets, an event folded into the newest bucket when it is not newer,
- * buckets dropped from the front once their minute leaves the window.
+ * buckets dropped from the front once their minute leaves the window; the cost per UTC hour
+ * and of the last 60 minutes (the projection's inputs, issue 12) are sums over that list.
  */
 class PlainWindow {
   buckets: Array<{ minute: number; cost: number; calls: number }> = []
@@ -33,6 +34,21 @@ class PlainWindow {
   get llmCalls(): number {
     return this.buckets.reduce((sum, b) => sum + b.calls, 0)
   }
+
+  /** [hour, cost, …] of the buckets grouped by UTC hour, oldest first. */
+  get hours(): number[] {
+    const out: number[] = []
+    for (const b of this.buckets) {
+      const hour = Math.floor(b.minute / 60)
+      if (out.at(-2) === hour) out[out.length - 1]! += b.cost
+      else out.push(hour, b.cost)
+    }
+    return out
+  }
+
+  lastHourNano(nowMinute: number): number {
+    return this.buckets.filter((b) => b.minute > nowMinute - 60).reduce((sum, b) => sum + b.cost, 0)
+  }
 }
 
 const T0 = 29_000_000 // a minute of 2025
@@ -54,7 +70,7 @@ const step: fc.Arbitrary<Step> = fc.oneof(
 )
 
 describe('RollingWindow', () => {
-  it('keeps the totals of the plain rule over any events and expiries (property, 300 runs of up to 3,000 steps)', () => {
+  it('keeps the totals, hourly costs and last hour of the plain rule over any events and expiries (property, 120 runs of up to 3,000 steps)', () => {
     fc.assert(
       fc.property(fc.array(step, { maxLength: 3000, size: 'max' }), (steps) => {
         const ring = new RollingWindow()
@@ -73,9 +89,11 @@ describe('RollingWindow', () => {
             plain.expire(now)
           }
           expect([ring.totalNano, ring.llmCalls, ring.empty]).toEqual([plain.totalNano, plain.llmCalls, plain.buckets.length === 0])
+          expect([...ring.hours]).toEqual(plain.hours)
+          expect(ring.lastHourNano(now)).toBe(plain.lastHourNano(now))
         }
       }),
-      { numRuns: 300 },
+      { numRuns: 120 },
     )
   })
 

@@ -1,12 +1,13 @@
 -- get: the agent's window and state after expiry; only the relaxing rules apply (reads never
 -- pause), and what they change is journaled. KEYS[1..6], ARGV[1..7] (lib.lua)
 -- Returns NEEDS_LOAD, FENCED, or {{total, calls, paused, reason, override, threshold,
--- auto_resume, webhook, configured, active}, transition or false}.
+-- auto_resume, webhook, configured, active}, transition or false, spend (lib.lua)}.
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(false)
 if closed then return closed end
 local st = read_state()
-expire(st, minute_of(NOW))
+local now_minute = minute_of(NOW)
+expire(st, now_minute)
 local relaxed = evaluate(st, false)
 local out = false
 if relaxed then out = transition(st, relaxed) end
@@ -18,4 +19,5 @@ return {
     st.threshold_s, st.auto_resume and 1 or 0, st.webhook or false, st.configured and 1 or 0,
     redis.call('LLEN', M) > 0 and 1 or 0 },
   out,
+  spend(now_minute),
 }

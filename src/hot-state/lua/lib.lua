@@ -4,7 +4,8 @@
 -- scripts (record, get, set_policy, set_paused) take the same first keys and arguments:
 -- KEYS[1] :a  hash of the agent's state: loaded, total, calls, paused, reason, override,
 --             threshold, auto_resume, webhook (absent when none), configured, version
--- KEYS[2] :w  hash of minute buckets: c<minute> = cost (nano-USD), n<minute> = llm calls
+-- KEYS[2] :w  hash of minute buckets: c<minute> = cost (nano-USD), n<minute> = llm calls,
+--             and h<hour> = the cost of the buckets of each UTC hour (the projection's)
 -- KEYS[3] :m  list of the bucket minutes, oldest first (RPUSH new, LPOP expired: amortised O(1))
 -- KEYS[4] {p}:j:<instance>  this instance's journal stream of the partition (issue 8)
 -- KEYS[5] {p}:fenced        instances whose journal another instance took over
@@ -37,9 +38,23 @@ local function loaded()
   return redis.call('HGET', A, 'loaded') == '1'
 end
 
+local function hour_of(minute)
+  return math.floor(tonumber(minute) / 60)
+end
+
+-- The hourly sums of an agent's buckets, for a state kept before they existed (once).
+local function sum_hours()
+  local minutes = redis.call('LRANGE', M, 0, -1)
+  for _, m in ipairs(minutes) do
+    redis.call('HINCRBY', W, 'h' .. hour_of(m), redis.call('HGET', W, 'c' .. m) or '0')
+  end
+  redis.call('HSET', A, 'hours', '1')
+end
+
 local function read_state()
   local v = redis.call('HMGET', A, 'total', 'calls', 'paused', 'reason', 'override',
-    'threshold', 'auto_resume', 'webhook', 'configured')
+    'threshold', 'auto_resume', 'webhook', 'configured', 'hours')
+  if not v[10] then sum_hours() end
   return {
     total = tonumber(v[1] or '0'), calls = tonumber(v[2] or '0'),
     paused = v[3] == '1', reason = v[4] or '', override = v[5] == '1',
@@ -68,6 +83,14 @@ local function expire(st, now_minute)
     st.calls = st.calls - tonumber(b[2] or '0')
     redis.call('HDEL', W, 'c' .. head, 'n' .. head)
     redis.call('LPOP', M)
+    -- The oldest hour goes with its last bucket.
+    local h = hour_of(head)
+    local next_head = redis.call('LINDEX', M, 0)
+    if next_head and hour_of(next_head) == h then
+      redis.call('HINCRBY', W, 'h' .. h, -tonumber(b[1] or '0'))
+    else
+      redis.call('HDEL', W, 'h' .. h)
+    end
     st.dirty = true
   end
 end
@@ -84,9 +107,39 @@ local function add(st, minute, cost, calls)
   end
   redis.call('HINCRBY', W, 'c' .. bucket, cost)
   redis.call('HINCRBY', W, 'n' .. bucket, calls)
+  redis.call('HINCRBY', W, 'h' .. hour_of(bucket), cost)
   st.total = st.total + tonumber(cost)
   st.calls = st.calls + tonumber(calls)
   st.dirty = true
+end
+
+-- What the projection reads (projection.ts Spend, RollingWindow.lastHourNano and hours):
+-- {cost of the buckets newer than now_minute - 60, {hour, cost, hour, cost, …} oldest first}.
+-- At most 60 buckets and 25 hours: the newest buckets are the list's tail.
+local function spend(now_minute)
+  local last, fields = 0, {}
+  local tail = redis.call('LRANGE', M, -60, -1)
+  for i = #tail, 1, -1 do
+    if tonumber(tail[i]) <= now_minute - 60 then break end
+    fields[#fields + 1] = 'c' .. tail[i]
+  end
+  if #fields > 0 then
+    for _, c in ipairs(redis.call('HMGET', W, unpack(fields))) do last = last + tonumber(c or '0') end
+  end
+  local hours = {}
+  local first, newest = redis.call('LINDEX', M, 0), redis.call('LINDEX', M, -1)
+  if first then
+    local names = {}
+    for h = hour_of(first), hour_of(newest) do names[#names + 1] = 'h' .. h end
+    local costs = redis.call('HMGET', W, unpack(names))
+    for i = 1, #names do
+      if costs[i] then
+        hours[#hours + 1] = string.sub(names[i], 2)
+        hours[#hours + 1] = costs[i]
+      end
+    end
+  end
+  return { fmt(last), hours }
 end
 
 -- policy.ts evaluate(), branch for branch; mutates st and returns the reason, or nil.

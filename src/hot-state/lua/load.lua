@@ -29,7 +29,7 @@ local p, q = data.policy, data.pause
 redis.call('HSET', A, 'total', fmt(st.total), 'calls', fmt(st.calls),
   'paused', q.paused, 'reason', q.reason, 'override', q.override,
   'threshold', p.threshold, 'auto_resume', p.auto_resume, 'configured', p.configured,
-  'loaded', '1')
+  'loaded', '1', 'hours', '1')
 if p.webhook then redis.call('HSET', A, 'webhook', p.webhook) end
 touch()
 return 1

@@ -4,8 +4,8 @@
 -- KEYS[1..6] (lib.lua)  KEYS[7] {p}:e  the partition's event-id tables (lib.lua)
 -- ARGV[1..7] (lib.lua)  ARGV[8] cost (nano-USD integer)  ARGV[9] llm calls (0|1)
 -- ARGV[10] the event's minute  ARGV[11] the event's row (JSON)  ARGV[12] its id's fingerprint
--- Returns NEEDS_LOAD, FENCED, FULL, or {counted (0|1), total, paused (0|1), cost, transition...}
--- where cost is the one the id was first counted at.
+-- Returns NEEDS_LOAD, FENCED, FULL, or {counted (0|1), total, paused (0|1), cost, threshold,
+-- spend (lib.lua), transition...} where cost is the one the id was first counted at.
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(true)
 if closed then return closed end
@@ -17,11 +17,11 @@ local ids = id_tables(KEYS[7], now_minute)
 local seen = seen_cost(KEYS[7], ids, ARGV[12], now_minute)
 if seen then
   if st.dirty then save_state(st) end
-  return { 0, fmt(st.total), st.paused and 1 or 0, seen }
+  return { 0, fmt(st.total), st.paused and 1 or 0, seen, st.threshold_s, spend(now_minute) }
 end
 remember(KEYS[7], ids, ARGV[12], ARGV[8], ARGV[10])
 journal('events', ARGV[11])
-local out = { 1, '', 0, ARGV[8] }
+local out = { 1, '', 0, ARGV[8], st.threshold_s, false }
 -- What the expiry relaxed comes first (an override ends when the total fell back under
 -- the threshold, even if this event takes it over again), then this event's crossing.
 local relaxed = evaluate(st, false)
@@ -33,5 +33,5 @@ save_state(st)
 touch()
 redis.call('ZADD', KEYS[6], 'GT', ARGV[10], ARGV[7])
 redis.call('PEXPIRE', KEYS[6], TTL)
-out[2], out[3] = fmt(st.total), st.paused and 1 or 0
+out[2], out[3], out[6] = fmt(st.total), st.paused and 1 or 0, spend(now_minute)
 return out
