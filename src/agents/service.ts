@@ -3,8 +3,10 @@ import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
 import { DEFAULT_POLICY, type AgentPolicy, type HotState } from '../hot-state/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
-import { checkWebhookUrl, maskWebhookUrl } from '../notify/webhook.ts'
+import { checkWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody } from '../schemas/config.ts'
+import { auditRecords, type AuditCursor } from '../storage/audit.ts'
+import { formatConfig } from '../storage/configs.ts'
 import { agentEvents, agentHasEvents, costByModel, hourlyCost, recentEvents, type StoredEvent } from '../storage/events.ts'
 import { windowStartMs } from '../window.ts'
 
@@ -26,8 +28,8 @@ export class AgentService {
     this.#d = deps
   }
 
-  /** POST /config: an upsert keyed on (user, agent). Omitted fields keep their value. */
-  async upsertConfig(userId: string, body: ConfigBody): Promise<void> {
+  /** POST /config: an upsert keyed on (user, agent). Omitted fields keep their value. `actor`: the request's key id (audit log). */
+  async upsertConfig(userId: string, body: ConfigBody, actor: string): Promise<void> {
     const { hotState, clock } = this.#d
     const ref = { userId, agentId: body.agent_id }
     const state = await hotState.get(ref, clock.now())
@@ -45,12 +47,12 @@ export class AgentService {
       autoResume: body.auto_resume ?? current?.autoResume ?? false,
       webhookUrl,
     }
-    await hotState.setPolicy(ref, policy, clock.now())
+    await hotState.setPolicy(ref, policy, clock.now(), actor)
   }
 
   /** POST /config/pause: returns the pause flag now in force (a manual pause or resume always holds). */
-  async setPaused(userId: string, agentId: string, paused: boolean): Promise<boolean> {
-    await this.#d.hotState.setPaused({ userId, agentId }, paused, this.#d.clock.now())
+  async setPaused(userId: string, agentId: string, paused: boolean, actor: string): Promise<boolean> {
+    await this.#d.hotState.setPaused({ userId, agentId }, paused, this.#d.clock.now(), actor)
     return paused
   }
 
@@ -89,6 +91,26 @@ export class AgentService {
       if (events.length === limit || lookbackMs === Infinity) return events.map(formatEvent)
     }
     return []
+  }
+
+  /**
+   * GET /audit (issue 12): the user's audit records, newest first, a page of `limit` and the
+   * cursor of the next (null on the last page).
+   */
+  async audit(userId: string, q: { agentId?: string; before?: AuditCursor; limit: number }) {
+    const rows = await auditRecords(this.#d.clickhouse, { userId, ...q })
+    const last = rows.at(-1)
+    return {
+      records: rows.map((r) => ({
+        at: new Date(r.at).toISOString(),
+        agent_id: r.agent_id === '' ? null : r.agent_id,
+        action: r.action,
+        reason: r.reason,
+        actor: r.actor,
+        details: auditDetails(r.details),
+      })),
+      next_before: rows.length === q.limit && last ? `${new Date(last.at).toISOString()}_${last.seq}_${last.id}` : null,
+    }
   }
 
   /** GET /agents/{id}: 404 when the agent has no events and no config (SPEC.md 4.6). */
@@ -165,10 +187,9 @@ function formatEvent(e: StoredEvent) {
   return { ...rest, cost_usd: nanoToUsd(cost_nano) }
 }
 
-function formatConfig(p: AgentPolicy) {
-  return {
-    cost_threshold_usd: nanoToUsd(p.thresholdNano),
-    slack_webhook_url: p.webhookUrl === null ? null : maskWebhookUrl(p.webhookUrl),
-    auto_resume: p.autoResume,
-  }
+
+/** A record's details as the API shows them: money in USD (the pause records keep nano-USD). */
+function auditDetails(json: string): Record<string, unknown> {
+  const { total_nano, ...rest } = JSON.parse(json) as Record<string, unknown>
+  return typeof total_nano === 'number' ? { total_cost_usd: nanoToUsd(total_nano), ...rest } : rest
 }

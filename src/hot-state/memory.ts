@@ -1,6 +1,6 @@
 import type { Nano } from '../money.ts'
 import { JournalFullError, type JournalRow, type JournalStatus } from '../journal/types.ts'
-import { configRow } from '../storage/configs.ts'
+import { configRow, shownConfig } from '../storage/configs.ts'
 import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
@@ -11,6 +11,7 @@ import { RollingWindow } from './window.ts'
 import {
   DEFAULT_POLICY,
   RUNNING,
+  SYSTEM_ACTOR,
   type AgentPolicy,
   type AgentRef,
   type AgentSnapshot,
@@ -135,22 +136,23 @@ export class MemoryHotState implements HotState {
     return { snapshot: snapshotOf(agent), transition, exhaustionAt }
   }
 
-  async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null> {
+  async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null> {
     this.#mustHaveRoom()
     const agent = this.#entry(ref)
+    const row = configRow(ref, policy, now, actor, agent.configured ? shownConfig(agent.policy) : '')
     const thresholdChanged = agent.policy.thresholdNano !== policy.thresholdNano
     agent.policy = { ...policy }
     agent.configured = true
     let transition: Transition | null = null
     if (thresholdChanged && agent.pause.override) {
       agent.pause = { ...agent.pause, override: false }
-      transition = transitionOf(ref, agent, now, 'threshold_changed')
+      transition = transitionOf(ref, agent, now, 'threshold_changed', actor)
     }
-    await this.#journal.append([{ table: 'agent_configs', row: configRow(ref, policy, now) }, ...(transition ? [asRow(transition)] : [])], now)
+    await this.#journal.append([{ table: 'agent_configs', row }, ...(transition ? [asRow(transition)] : [])], now)
     return transition
   }
 
-  async setPaused(ref: AgentRef, paused: boolean, now: number): Promise<Transition | null> {
+  async setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null> {
     this.#mustHaveRoom()
     const agent = this.#entry(ref)
     agent.window.expire(minuteOf(now))
@@ -161,7 +163,7 @@ export class MemoryHotState implements HotState {
       return null
     }
     agent.pause = next
-    const transition = transitionOf(ref, agent, now, 'manual')
+    const transition = transitionOf(ref, agent, now, 'manual', actor)
     await this.#journal.append([asRow(transition)], now)
     return transition
   }
@@ -309,12 +311,13 @@ function snapshotOf(agent: AgentEntry): AgentSnapshot {
   }
 }
 
-function transitionOf(ref: AgentRef, agent: AgentEntry, now: number, reason: TransitionReason): Transition {
+function transitionOf(ref: AgentRef, agent: AgentEntry, now: number, reason: TransitionReason, actor = SYSTEM_ACTOR): Transition {
   return {
     userId: ref.userId,
     agentId: ref.agentId,
     at: now,
     version: nextVersion(now),
+    actor,
     paused: agent.pause.paused,
     reason,
     override: agent.pause.override,

@@ -5,13 +5,14 @@ import { StoreUnavailableError } from '../errors.ts'
 import type { RedisJournal } from '../journal/redis-streams.ts'
 import { JournalFullError } from '../journal/types.ts'
 import { toChDateTime } from '../storage/clickhouse.ts'
-import { configRow } from '../storage/configs.ts'
+import { configRow, shownConfig } from '../storage/configs.ts'
 import { redisFailure } from '../storage/failures.ts'
 import { agentKeyId, eventFingerprint, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../window.ts'
 import { exhaustionAt, type Spend } from './projection.ts'
 import {
   DEFAULT_POLICY,
+  SYSTEM_ACTOR,
   type AgentLoad,
   type AgentPolicy,
   type AgentLoader,
@@ -144,19 +145,20 @@ export class RedisHotState implements HotState {
     return agentIds.flatMap((agentId, i) => (results[i]!.snapshot.active ? [{ agentId, snapshot: results[i]!.snapshot }] : []))
   }
 
-  async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null> {
-    const row = JSON.stringify(configRow(ref, policy, now))
+  async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null> {
+    // The script appends the config it replaces (it alone knows it at that moment): "replaced" is left out here.
+    const row = configRow(ref, policy, now, actor)
     const [t] = (await this.#agentScript(ref, now, (k, head) =>
-      this.#scripts.burnrateSetPolicy(...k, ...head, String(policy.thresholdNano), policy.autoResume ? 1 : 0, policy.webhookUrl ?? '', row),
+      this.#scripts.burnrateSetPolicy(...k, ...head, String(policy.thresholdNano), policy.autoResume ? 1 : 0, policy.webhookUrl ?? '', JSON.stringify(row), actor, row.shown),
     )) as [TransitionReply | false]
-    return t ? transitionOf(ref, now, t) : null
+    return t ? transitionOf(ref, now, t, actor) : null
   }
 
-  async setPaused(ref: AgentRef, paused: boolean, now: number): Promise<Transition | null> {
-    const [t] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateSetPaused(...k, ...head, paused ? 1 : 0))) as [
+  async setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null> {
+    const [t] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateSetPaused(...k, ...head, paused ? 1 : 0, actor))) as [
       TransitionReply | false,
     ]
-    return t ? transitionOf(ref, now, t) : null
+    return t ? transitionOf(ref, now, t, actor) : null
   }
 
   async ping(): Promise<void> {
@@ -239,6 +241,7 @@ export class RedisHotState implements HotState {
         auto_resume: policy.autoResume ? '1' : '0',
         webhook: policy.webhookUrl ?? false,
         configured: load.policy ? '1' : '0',
+        shown: load.policy ? shownConfig(load.policy) : false,
       },
       pause: { paused: pause.paused ? '1' : '0', reason: pause.reason ?? '', override: pause.override ? '1' : '0' },
     }
@@ -343,13 +346,14 @@ function agentId(ref: AgentRef): string {
   return `${ref.userId}\0${ref.agentId}`
 }
 
-function transitionOf(ref: AgentRef, now: number, t: TransitionReply): Transition {
+function transitionOf(ref: AgentRef, now: number, t: TransitionReply, actor = SYSTEM_ACTOR): Transition {
   const [reason, paused, override, total, threshold, webhook, version] = t
   return {
     userId: ref.userId,
     agentId: ref.agentId,
     at: now,
     version: Number(version),
+    actor,
     paused: paused === 1,
     reason,
     override: override === 1,

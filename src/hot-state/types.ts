@@ -29,6 +29,9 @@ export interface PauseState {
 
 export const RUNNING: PauseState = Object.freeze({ paused: false, reason: null, override: false })
 
+/** The actor of what the budget rules do on their own (audit log). */
+export const SYSTEM_ACTOR = 'system'
+
 export type TransitionReason = 'budget' | 'manual' | 'auto_resume' | 'override_cleared' | 'threshold_changed'
 
 /** A change of pause state, persisted to pause_transitions. */
@@ -42,6 +45,8 @@ export interface Transition {
   totalNano: Nano
   /** Orders an agent's transitions (newest wins at a rebuild): assigned when it is decided. */
   version: number
+  /** The id of the API key whose request caused it, or 'system' (the budget rules): the audit log's actor. */
+  actor: string
   /** The policy in force when it happened (for the notification; not persisted). */
   thresholdNano: Nano
   webhookUrl: string | null
@@ -146,10 +151,14 @@ export interface HotState {
    * particular order; relaxing rules apply and are journaled, as in get().
    */
   listAgents(userId: string, now: number): Promise<ListedAgent[]>
-  /** POST /config: the policy and its agent_configs row, and the end of a manual override a changed threshold causes. */
-  setPolicy(ref: AgentRef, policy: AgentPolicy, now: number): Promise<Transition | null>
+  /**
+   * POST /config: the policy and its agent_configs row (with the config it replaced, for the
+   * audit log), and the end of a manual override a changed threshold causes. `actor`: the
+   * key id of the request.
+   */
+  setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null>
   /** POST /config/pause: a manual pause or resume; null when the state already was that. */
-  setPaused(ref: AgentRef, paused: boolean, now: number): Promise<Transition | null>
+  setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null>
   ping(): Promise<void>
   close(): Promise<void>
 }

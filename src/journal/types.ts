@@ -1,4 +1,4 @@
-import type { ConfigRow } from '../storage/configs.ts'
+import type { WrittenConfigRow } from '../storage/configs.ts'
 import type { EventRow } from '../storage/events.ts'
 import type { TransitionRow } from '../storage/transitions.ts'
 
@@ -10,7 +10,7 @@ import type { TransitionRow } from '../storage/transitions.ts'
 export type JournalRow =
   | { table: 'events'; row: EventRow }
   | { table: 'pause_transitions'; row: TransitionRow }
-  | { table: 'agent_configs'; row: ConfigRow }
+  | { table: 'agent_configs'; row: WrittenConfigRow }
 
 export type JournalTable = JournalRow['table']
 

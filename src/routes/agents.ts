@@ -1,6 +1,6 @@
 import type { FastifyPluginAsync } from 'fastify'
 import type { AgentService } from '../agents/service.ts'
-import { agentParams, agentQuery, eventsQuery, hourlyQuery } from '../schemas/query.ts'
+import { agentParams, agentQuery, auditQuery, eventsQuery, hourlyQuery } from '../schemas/query.ts'
 import type { RouteLimits } from './limits.ts'
 import { parse, principal } from './parse.ts'
 
@@ -48,6 +48,11 @@ export const agentsRoutes =
       const { agent_id } = parse(agentParams, request.params, 'invalid_query')
       const page = parse(agentQuery, request.query, 'invalid_query')
       return agents.detail(principal(request).userId, agent_id, page)
+    })
+
+    app.get('/audit', opts, async (request) => {
+      const { agent_id, limit, before } = parse(auditQuery, request.query, 'invalid_query')
+      return agents.audit(principal(request).userId, { agentId: agent_id, limit, before })
     })
 
     app.get('/agents/:agent_id/hourly', opts, async (request) => {

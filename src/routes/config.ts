@@ -9,13 +9,15 @@ export const configRoutes =
   async (app) => {
     app.post('/config', { config: { rateLimit: limits.config } }, async (request) => {
       const body = parse(configBody, request.body, 'invalid_body')
-      await agents.upsertConfig(principal(request).userId, body)
+      const { userId, keyId } = principal(request)
+      await agents.upsertConfig(userId, body, keyId)
       return { ok: true }
     })
 
     app.post('/config/pause', { config: { rateLimit: limits.config } }, async (request) => {
       const body = parse(pauseBody, request.body, 'invalid_body')
-      const isPaused = await agents.setPaused(principal(request).userId, body.agent_id, body.is_paused)
+      const { userId, keyId } = principal(request)
+      const isPaused = await agents.setPaused(userId, body.agent_id, body.is_paused, keyId)
       return { ok: true, agent_id: body.agent_id, is_paused: isPaused }
     })
   }

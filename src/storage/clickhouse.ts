@@ -14,6 +14,10 @@ export function createClickHouse(config: Pick<Config, 'clickhouse' | 'clickhouse
     // look the same on both (and nano-USD sums never pass through a lossy double).
     output_format_json_quote_64bit_integers: 1,
     date_time_output_format: 'simple',
+    // A batch shipped again with its token must store nothing twice in the tables that
+    // materialized views fill from it either (hourly_cost, audit_log): said here, as not
+    // every server version has it on by default.
+    deduplicate_blocks_in_dependent_materialized_views: 1,
   } as const
   if (config.clickhouse.kind === 'server') {
     return createClient({
@@ -34,7 +38,7 @@ export function createClickHouse(config: Pick<Config, 'clickhouse' | 'clickhouse
     clickhouse_settings,
   })
   rawInserts.set(client, async (table, body, token) => {
-    await connection.chdb.rawInsert({ table, values: body, format: 'JSONEachRow', settings: { insert_deduplication_token: token } })
+    await connection.chdb.rawInsert({ table, values: body, format: 'JSONEachRow', settings: { insert_deduplication_token: token, deduplicate_blocks_in_dependent_materialized_views: 1 } })
   })
   return client
 }

@@ -1,7 +1,8 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
 import type { AgentPolicy, AgentRef } from '../hot-state/types.ts'
-import type { Nano } from '../money.ts'
+import { nanoToUsd, type Nano } from '../money.ts'
+import { maskWebhookUrl } from '../notify/webhook.ts'
 import { toChDateTime } from './clickhouse.ts'
 import { agentsFilter, agentsParams } from './events.ts'
 import { insert, select } from './query.ts'
@@ -29,8 +30,16 @@ export interface ConfigRow {
   version: number
 }
 
-/** The row of a config set now (versions grow within this process). */
-export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number): ConfigRow {
+/** What a written row adds for the audit log (sql/0012): who set it, and the config as shown. */
+export interface WrittenConfigRow extends ConfigRow {
+  actor: string
+  shown: string
+  /** The config it replaced as shown, '' for an agent's first; last, so a Redis script can append it. */
+  replaced?: string
+}
+
+/** The row of a config set now by `actor` (versions grow within this process). */
+export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number, actor: string, replaced?: string): WrittenConfigRow {
   return {
     user_id: ref.userId,
     agent_id: ref.agentId,
@@ -39,7 +48,24 @@ export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number): Co
     auto_resume: policy.autoResume,
     updated_at: toChDateTime(nowMs),
     version: nextVersion(nowMs),
+    actor,
+    shown: shownConfig(policy),
+    ...(replaced === undefined ? {} : { replaced }),
   }
+}
+
+/** A config as the API shows it: USD, the webhook URL masked (GET /agents/{id}, the audit log). */
+export function formatConfig(p: AgentPolicy) {
+  return {
+    cost_threshold_usd: nanoToUsd(p.thresholdNano),
+    slack_webhook_url: p.webhookUrl === null ? null : maskWebhookUrl(p.webhookUrl),
+    auto_resume: p.autoResume,
+  }
+}
+
+/** formatConfig as the JSON text the audit log keeps. */
+export function shownConfig(p: AgentPolicy): string {
+  return JSON.stringify(formatConfig(p))
 }
 
 export function upsertConfig(client: ClickHouseClient, row: ConfigRow): Promise<void> {

@@ -17,6 +17,7 @@ export interface TransitionRow {
   reason: TransitionReason
   override: boolean
   total_nano: Nano
+  actor: string
 }
 
 export function transitionRow(t: Transition): TransitionRow {
@@ -29,6 +30,7 @@ export function transitionRow(t: Transition): TransitionRow {
     reason: t.reason,
     override: t.override,
     total_nano: t.totalNano,
+    actor: t.actor,
   }
 }
 

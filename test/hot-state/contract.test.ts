@@ -147,7 +147,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
   it('lists the agents of a user with events in the window, and only those', async () => {
     const { hs } = await make()
     await recordAll(hs, [ev(1, T0, { agentId: 'x' }), ev(1, T0 + 60 * MINUTE_MS, { agentId: 'y' }), ev(1, T0, { userId: 'v', agentId: 'z' })], T0 + 60 * MINUTE_MS)
-    await hs.setPolicy({ userId: 'u', agentId: 'configured-only' }, policy(1), T0)
+    await hs.setPolicy({ userId: 'u', agentId: 'configured-only' }, policy(1), T0, 'key-1')
     const ids = async (userId: string, now: number) => (await hs.listAgents(userId, now)).map((a) => a.agentId).sort()
     expect(await ids('u', T0 + 60 * MINUTE_MS)).toEqual(['x', 'y'])
     expect(await ids('v', T0 + 60 * MINUTE_MS)).toEqual(['z'])
@@ -161,7 +161,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
   it('projects when the total reaches the threshold at the last hour\'s rate, waiting for what leaves the window', async () => {
     const { hs } = await make()
     const HOUR_MS = 60 * MINUTE_MS
-    await hs.setPolicy(ref, policy(10), T0)
+    await hs.setPolicy(ref, policy(10), T0, 'key-1')
     // 5 USD in T0's hour (it leaves 24 h after that hour's last minute, 24 h 59 min after the
     // hour began), then 1 USD 22 h 50 min later: 6 USD, 1 USD in the last hour.
     const first = await hs.record(ev(5 * USD, T0), T0)
@@ -184,7 +184,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
 
   it('pauses on the event that goes strictly above the threshold, once, and journals the transition with the event', async () => {
     const { hs, journaled } = await make()
-    await hs.setPolicy(ref, policy(1), T0)
+    await hs.setPolicy(ref, policy(1), T0, 'key-1')
     await journaled()
     const r = await recordAll(hs, [ev(USD / 2), ev(USD / 2), ev(1), ev(1)])
     expect(r.map((x) => x.paused)).toEqual([false, false, true, true])
@@ -197,9 +197,9 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
 
   it('a manual resume over budget overrides until the total falls back, then a crossing pauses again', async () => {
     const { hs } = await make()
-    await hs.setPolicy(ref, policy(1), T0)
+    await hs.setPolicy(ref, policy(1), T0, 'key-1')
     await hs.record(ev(2 * USD), T0)
-    expect(await hs.setPaused(ref, false, T0)).toMatchObject({ paused: false, override: true, reason: 'manual' })
+    expect(await hs.setPaused(ref, false, T0, 'key-1')).toMatchObject({ paused: false, override: true, reason: 'manual' })
     expect((await hs.record(ev(USD), T0)).paused).toBe(false)
     const later = T0 + 24 * 60 * MINUTE_MS
     const r = await hs.record(ev(2 * USD, later), later)
@@ -209,12 +209,12 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
 
   it('a changed threshold ends an override; the same threshold does not; each config is journaled', async () => {
     const { hs, journaled } = await make()
-    await hs.setPolicy(ref, policy(1), T0)
+    await hs.setPolicy(ref, policy(1), T0, 'key-1')
     await hs.record(ev(2 * USD), T0)
-    await hs.setPaused(ref, false, T0)
+    await hs.setPaused(ref, false, T0, 'key-1')
     await journaled()
-    expect(await hs.setPolicy(ref, policy(1, { autoResume: true }), T0)).toBeNull()
-    expect(await hs.setPolicy(ref, policy(1.5), T0)).toMatchObject({ reason: 'threshold_changed', override: false })
+    expect(await hs.setPolicy(ref, policy(1, { autoResume: true }), T0, 'key-1')).toBeNull()
+    expect(await hs.setPolicy(ref, policy(1.5), T0, 'key-1')).toMatchObject({ reason: 'threshold_changed', override: false })
     expect((await hs.record(ev(1), T0)).paused).toBe(true)
     const rows = await journaled()
     expect(rows.map((r) => [r.table, r.row.threshold_nano ?? r.row.reason])).toEqual([
@@ -227,13 +227,40 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect(rows[0]!.row).toMatchObject({ user_id: 'u', agent_id: 'a', auto_resume: true, slack_webhook_url: null })
   })
 
+  it('journals who set a config and the config it replaced, and who paused or resumed (the audit log, issue 12)', async () => {
+    const { hs, journaled } = await make()
+    const hook = 'https://hooks.example.com/services/T0/B0/secretsecret'
+    await hs.setPolicy(ref, policy(1, { webhookUrl: hook }), T0, 'key-1')
+    await hs.setPolicy(ref, policy(2), T0, 'key-2')
+    await hs.setPaused(ref, true, T0, 'key-3')
+    await hs.record(ev(3 * USD), T0)
+    await hs.setPaused(ref, false, T0, 'key-4')
+    const later = T0 + 1440 * MINUTE_MS
+    await hs.record(ev(1, later), later) // the total fell back under: the override ends on its own
+    const rows = (await journaled()).filter((r) => r.table !== 'events')
+    const shown = (usd: number, webhook: string | null) => ({ cost_threshold_usd: usd, slack_webhook_url: webhook, auto_resume: false })
+    const configs = rows
+      .filter((r) => r.table === 'agent_configs')
+      .map((r) => ({ actor: r.row.actor, shown: JSON.parse(r.row.shown as string), replaced: r.row.replaced }))
+    expect(configs.map((c) => [c.actor, c.shown.cost_threshold_usd])).toEqual([['key-1', 1], ['key-2', 2]])
+    expect(configs[0]!.replaced).toBe('')
+    expect(JSON.parse(configs[1]!.replaced as string)).toEqual(shown(1, configs[0]!.shown.slack_webhook_url))
+    expect(configs[0]!.shown.slack_webhook_url).not.toContain('secretsecret')
+    expect(configs[0]!.shown).toEqual(shown(1, expect.stringMatching(/^https:\/\/hooks\.example\.com\//)))
+    expect(rows.filter((r) => r.table === 'pause_transitions').map((r) => [r.row.reason, r.row.is_paused, r.row.actor])).toEqual([
+      ['manual', true, 'key-3'],
+      ['manual', false, 'key-4'],
+      ['override_cleared', false, 'system'],
+    ])
+  })
+
   it('auto-resumes only with auto_resume, and never a manual pause; the resume is journaled by the read that sees it', async () => {
     const { hs, journaled } = await make()
     const other = { userId: 'u', agentId: 'm' }
-    await hs.setPolicy(ref, policy(1, { autoResume: true }), T0)
-    await hs.setPolicy(other, policy(1, { autoResume: true }), T0)
+    await hs.setPolicy(ref, policy(1, { autoResume: true }), T0, 'key-1')
+    await hs.setPolicy(other, policy(1, { autoResume: true }), T0, 'key-1')
     await hs.record(ev(2 * USD), T0)
-    await hs.setPaused(other, true, T0)
+    await hs.setPaused(other, true, T0, 'key-1')
     await journaled()
     const later = T0 + 24 * 60 * MINUTE_MS
     const { snapshot, transition } = await hs.get(ref, later)
@@ -246,7 +273,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
   it('reads never start a pause', async () => {
     const { hs } = await make()
     await hs.record(ev(2 * USD), T0) // under the default 10 USD
-    await hs.setPolicy(ref, policy(1), T0)
+    await hs.setPolicy(ref, policy(1), T0, 'key-1')
     const { snapshot, transition } = await hs.get(ref, T0)
     expect(snapshot.pause.paused).toBe(false)
     expect(transition).toBeNull()
@@ -254,18 +281,18 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
 
   it('manual pause of a budget-paused agent makes the pause manual; the same again changes nothing', async () => {
     const { hs, journaled } = await make()
-    await hs.setPolicy(ref, policy(1, { autoResume: true }), T0)
+    await hs.setPolicy(ref, policy(1, { autoResume: true }), T0, 'key-1')
     await hs.record(ev(2 * USD), T0)
     await journaled()
-    expect(await hs.setPaused(ref, true, T0)).toMatchObject({ paused: true, reason: 'manual' })
-    expect(await hs.setPaused(ref, true, T0)).toBeNull()
+    expect(await hs.setPaused(ref, true, T0, 'key-1')).toMatchObject({ paused: true, reason: 'manual' })
+    expect(await hs.setPaused(ref, true, T0, 'key-1')).toBeNull()
     expect((await journaled()).map((r) => r.row.reason)).toEqual(['manual'])
   })
 
   it('versions an agent\'s transitions in the order they happened', async () => {
     const { hs } = await make()
     const versions = []
-    for (let i = 0; i < 5; i++) versions.push((await hs.setPaused(ref, i % 2 === 0, T0))!.version)
+    for (let i = 0; i < 5; i++) versions.push((await hs.setPaused(ref, i % 2 === 0, T0, 'key-1'))!.version)
     expect([...versions].sort((x, y) => x - y)).toEqual(versions)
     expect(new Set(versions).size).toBe(5)
   })
@@ -275,7 +302,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     await recordAll(hs, [ev(1), ev(2), ev(3)])
     const refused = ev(4)
     await expect(hs.record(refused, T0)).rejects.toBeInstanceOf(JournalFullError)
-    await expect(hs.setPaused(ref, true, T0)).rejects.toBeInstanceOf(JournalFullError)
+    await expect(hs.setPaused(ref, true, T0, 'key-1')).rejects.toBeInstanceOf(JournalFullError)
     expect((await hs.get(ref, T0)).snapshot).toMatchObject({ totalNano: 6, pause: { paused: false } })
     expect(await journaled()).toHaveLength(3)
     // Nothing of the refused event stayed behind: its retry is a new event.
@@ -298,7 +325,7 @@ describe('memory hot state', () => {
 
   it('forgets agents with nothing left to keep, a few per event, and keeps configured ones', async () => {
     const hs = new MemoryHotState(await open())
-    await hs.setPolicy({ userId: 'u', agentId: 'kept' }, policy(1), T0)
+    await hs.setPolicy({ userId: 'u', agentId: 'kept' }, policy(1), T0, 'key-1')
     await recordAll(
       hs,
       Array.from({ length: 100 }, (_, i) => ev(1, T0, { agentId: `idle${i}` })),

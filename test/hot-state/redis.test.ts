@@ -111,7 +111,7 @@ describe('redis hot state: load on demand', () => {
 
   it('keeps nano-USD exact above 2^52', async () => {
     const hs = hot({ prefix: prefix(), loader: countingLoader() })
-    await hs.setPolicy(ref, { ...DEFAULT_POLICY, thresholdNano: 2 ** 53 - 1 }, T0)
+    await hs.setPolicy(ref, { ...DEFAULT_POLICY, thresholdNano: 2 ** 53 - 1 }, T0, 'key-1')
     expect((await hs.record(ev(2 ** 52 + 1), T0)).totalNano).toBe(2 ** 52 + 1)
     expect((await hs.record(ev(2), T0)).totalNano).toBe(2 ** 52 + 3)
     expect((await hs.get(ref, T0)).snapshot.policy.thresholdNano).toBe(2 ** 53 - 1)
@@ -130,7 +130,7 @@ describe('redis hot state: two instances on one Redis', () => {
     const p = prefix()
     const a = hot({ prefix: p, loader: countingLoader(), instance: 'a' })
     const b = hot({ redis: await client(), prefix: p, loader: countingLoader(), instance: 'b' })
-    await a.setPolicy(ref, { ...DEFAULT_POLICY, thresholdNano: USD }, T0)
+    await a.setPolicy(ref, { ...DEFAULT_POLICY, thresholdNano: USD }, T0, 'key-1')
     const cost = 30_000_000 // 0.03 USD: the 34th event crosses 1 USD
     const results = await Promise.all(Array.from({ length: 50 }, (_, i) => (i % 2 ? a : b).record(ev(cost), T0)))
 
@@ -146,10 +146,10 @@ describe('redis hot state: two instances on one Redis', () => {
     const p = prefix()
     const a = hot({ prefix: p, loader: countingLoader(), instance: 'a' })
     const b = hot({ redis: await client(), prefix: p, loader: countingLoader(), instance: 'b' })
-    expect(await a.setPaused(ref, true, T0)).toMatchObject({ reason: 'manual', paused: true })
+    expect(await a.setPaused(ref, true, T0, 'key-1')).toMatchObject({ reason: 'manual', paused: true })
     expect((await b.get(ref, T0)).snapshot.pause).toEqual({ paused: true, reason: 'manual', override: false })
-    expect(await b.setPaused(ref, true, T0)).toBeNull()
-    await b.setPaused(ref, false, T0)
+    expect(await b.setPaused(ref, true, T0, 'key-1')).toBeNull()
+    await b.setPaused(ref, false, T0, 'key-1')
     expect((await a.get(ref, T0)).snapshot.pause.paused).toBe(false)
   })
 
@@ -226,10 +226,10 @@ describe('redis hot state: keys', () => {
     // Braces and ':' in ids must not move or split the tag.
     const odd = { userId: 'u{1}:x', agentId: '}a{b' }
     for (const r of [ref, odd]) {
-      await hs.setPolicy(r, { ...DEFAULT_POLICY, thresholdNano: USD, webhookUrl: 'https://chat.example/hook' }, T0)
+      await hs.setPolicy(r, { ...DEFAULT_POLICY, thresholdNano: USD, webhookUrl: 'https://chat.example/hook' }, T0, 'key-1')
       await hs.record(ev(1, r), T0 + MINUTE_MS)
       await hs.record(ev(2, { ...r, at: T0 + MINUTE_MS }), T0 + MINUTE_MS)
-      await hs.setPaused(r, true, T0 + MINUTE_MS)
+      await hs.setPaused(r, true, T0 + MINUTE_MS, 'key-1')
     }
     const keys = await server.redis.keys(`${p}*`)
     for (const r of [ref, odd]) {
@@ -245,7 +245,7 @@ describe('redis hot state: keys', () => {
   it('every hot-state key has a TTL, so idle agents and users expire on their own', async () => {
     const p = prefix()
     const hs = hot({ prefix: p, loader: countingLoader() })
-    await hs.setPolicy(ref, DEFAULT_POLICY, T0)
+    await hs.setPolicy(ref, DEFAULT_POLICY, T0, 'key-1')
     await hs.record(ev(1), T0)
     await hs.record(ev(2), T0)
     const keys = [...(await keysOf(p)), ...(await server.redis.keys(`${p}{p*}:u:*`)), ...(await server.redis.keys(`${p}{p*}:e*`))]

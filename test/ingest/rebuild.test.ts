@@ -25,7 +25,7 @@ afterAll(() => clickhouse?.close())
 
 const policy = (usd: number) => ({ thresholdNano: usd * 1e9, webhookUrl: null, autoResume: false })
 const transition = (agentId: string, paused: boolean, at: number) =>
-  transitionRow({ userId: 'u', agentId, at, version: 0, paused, reason: 'manual', override: false, totalNano: 0, thresholdNano: 0, webhookUrl: null })
+  transitionRow({ userId: 'u', agentId, at, version: 0, actor: 'key-1', paused, reason: 'manual', override: false, totalNano: 0, thresholdNano: 0, webhookUrl: null })
 
 describe('rebuilding the in-process hot state', () => {
   it('counts an event found in both once, and takes the newest config and pause state wherever it is', async () => {
@@ -34,10 +34,10 @@ describe('rebuilding the in-process hot state', () => {
     const unshipped = eventRow({ user_id: 'u', agent_id: 'a', event_id: '00000000-0000-4000-d000-000000000002', at: NOW - 30_000, cost_nano: 7 })
     await insertEvents(clickhouse, [shipped])
     // ClickHouse has an older config of "a" and a newer one of "b" than the journal.
-    await upsertConfig(clickhouse, configRow({ userId: 'u', agentId: 'a' }, policy(1), NOW - 5000))
-    const staleB = configRow({ userId: 'u', agentId: 'b' }, policy(2), NOW - 4000)
-    const newerA = configRow({ userId: 'u', agentId: 'a' }, policy(3), NOW - 3000)
-    await upsertConfig(clickhouse, configRow({ userId: 'u', agentId: 'b' }, policy(4), NOW - 2000))
+    await upsertConfig(clickhouse, configRow({ userId: 'u', agentId: 'a' }, policy(1), NOW - 5000, 'system'))
+    const staleB = configRow({ userId: 'u', agentId: 'b' }, policy(2), NOW - 4000, 'system')
+    const newerA = configRow({ userId: 'u', agentId: 'a' }, policy(3), NOW - 3000, 'system')
+    await upsertConfig(clickhouse, configRow({ userId: 'u', agentId: 'b' }, policy(4), NOW - 2000, 'system'))
     const paused = { ...transition('a', true, NOW - 1000), version: newerA.version + 1 }
     await journal.append(
       [

@@ -3,7 +3,8 @@
 -- partition {p<n>} (storage/redis-keys.ts): one Redis Cluster slot per script. The agent
 -- scripts (record, get, set_policy, set_paused) take the same first keys and arguments:
 -- KEYS[1] :a  hash of the agent's state: loaded, total, calls, paused, reason, override,
---             threshold, auto_resume, webhook (absent when none), configured, version
+--             threshold, auto_resume, webhook (absent when none), configured, version,
+--             shown (the config as the audit log shows it, storage/configs.ts), hours
 -- KEYS[2] :w  hash of minute buckets: c<minute> = cost (nano-USD), n<minute> = llm calls,
 --             and h<hour> = the cost of the buckets of each UTC hour (the projection's)
 -- KEYS[3] :m  list of the bucket minutes, oldest first (RPUSH new, LPOP expired: amortised O(1))
@@ -189,14 +190,15 @@ end
 -- Journals a change of pause state as its pause_transitions row, and returns it for the
 -- caller: {reason, paused, override, total, threshold, webhook, version}. A nil would end
 -- the reply array there, so an absent webhook is false (a nil reply). Versions grow per
--- agent whatever the callers' clocks do: newest wins at a rebuild.
-local function transition(st, reason)
+-- agent whatever the callers' clocks do: newest wins at a rebuild. `actor`: the key id of
+-- the request, or 'system' (the audit log's, sql/0012).
+local function transition(st, reason, actor)
   local version = math.max(NOW * 1000, tonumber(redis.call('HGET', A, 'version') or '0') + 1)
   redis.call('HSET', A, 'version', fmt(version))
   local paused, override = st.paused and 'true' or 'false', st.override and 'true' or 'false'
   journal('pause_transitions', '{' .. ARGV[5] .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
     ',"is_paused":' .. paused .. ',"reason":"' .. reason .. '","override":' .. override ..
-    ',"total_nano":' .. fmt(st.total) .. '}')
+    ',"total_nano":' .. fmt(st.total) .. ',"actor":' .. cjson.encode(actor or 'system') .. '}')
   return { reason, st.paused and 1 or 0, st.override and 1 or 0, fmt(st.total), st.threshold_s, st.webhook or false, fmt(version) }
 end
 

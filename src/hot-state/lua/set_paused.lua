@@ -1,5 +1,5 @@
 -- set_paused: POST /config/pause (memory.ts setPaused(), policy.ts manual()).
--- KEYS[1..6], ARGV[1..7] (lib.lua)  ARGV[8] paused (0|1)
+-- KEYS[1..6], ARGV[1..7] (lib.lua)  ARGV[8] paused (0|1)  ARGV[9] actor (the key id)
 -- Returns NEEDS_LOAD, FENCED, FULL, or {transition or false} (false when the state already was that).
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(true)
@@ -8,7 +8,7 @@ local st = read_state()
 expire(st, minute_of(NOW))
 local changed = manual(st, ARGV[8] == '1')
 local out = false
-if changed then out = transition(st, 'manual') end
+if changed then out = transition(st, 'manual', ARGV[9]) end
 if changed or st.dirty then save_state(st) end
 touch()
 return { out }
