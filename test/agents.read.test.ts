@@ -26,9 +26,9 @@ describe('GET /agents (SPEC 4.4)', () => {
     const dear = 2 * (1000 * 2.5 + 5000 * 10) / 1e6
     expect(res.json()).toEqual({
       agents: [
-        { agent_id: 'dear', total_cost_usd: dear, llm_calls: 2, is_paused: false, paused_reason: null, remaining_usd: 10 - dear },
-        { agent_id: 'cheap', total_cost_usd: LLM_CALL_USD, llm_calls: 1, cost_threshold_usd: 3, is_paused: false, paused_reason: null, remaining_usd: 3 - LLM_CALL_USD },
-        { agent_id: 'idle', total_cost_usd: 0, llm_calls: 0, is_paused: false, paused_reason: null, remaining_usd: 10 },
+        { agent_id: 'dear', total_cost_usd: dear, llm_calls: 2, is_paused: false, paused_reason: null, remaining_usd: 10 - dear, alerts_reached: [] },
+        { agent_id: 'cheap', total_cost_usd: LLM_CALL_USD, llm_calls: 1, cost_threshold_usd: 3, is_paused: false, paused_reason: null, remaining_usd: 3 - LLM_CALL_USD, alerts_reached: [] },
+        { agent_id: 'idle', total_cost_usd: 0, llm_calls: 0, is_paused: false, paused_reason: null, remaining_usd: 10, alerts_reached: [] },
       ],
     })
   })
@@ -76,7 +76,7 @@ describe('GET /agents/{agent_id} (SPEC 4.6)', () => {
       total_cost_usd: 2 * LLM_CALL_USD + mini,
       llm_calls: 3,
       is_paused: false,
-      config: { cost_threshold_usd: 50, slack_webhook_url: null, auto_resume: true },
+      config: { cost_threshold_usd: 50, slack_webhook_url: null, auto_resume: true, alert_at: [0.8] },
       cost_by_model: [
         { model: 'gpt-4o', cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, input_tokens: 2000, output_tokens: 1000 },
         { model: 'gpt-4o-mini', cost_usd: mini, llm_calls: 1, input_tokens: 1000, output_tokens: 500 },

@@ -50,19 +50,27 @@ describe('GET /audit (issue 12)', () => {
     const { records } = await audit(key)
     expect(records.map((r) => [r.agent_id, r.action, r.reason, r.actor])).toEqual([
       ['a', 'resume', 'manual', me],
+      // The event that paused it also crossed its 0.8 alert level: recorded after the pause.
+      ['a', 'alert', 'budget_level', 'system'],
       ['a', 'pause', 'budget', 'system'],
       ['a', 'config', 'config_set', me],
       ['a', 'config', 'config_set', me],
       [null, 'key_created', 'cli', 'system'],
     ])
-    const shown = (usd: number) => ({ cost_threshold_usd: usd, slack_webhook_url: expect.stringMatching(/^https:\/\/hooks\.example\.com\//), auto_resume: false })
-    expect(records[3]!.details).toEqual({ old: null, new: shown(0.01) })
-    expect(records[2]!.details).toEqual({ old: shown(0.01), new: shown(0.02) })
+    const shown = (usd: number) => ({
+      cost_threshold_usd: usd,
+      slack_webhook_url: expect.stringMatching(/^https:\/\/hooks\.example\.com\//),
+      auto_resume: false,
+      alert_at: [0.8],
+    })
+    expect(records[4]!.details).toEqual({ old: null, new: shown(0.01) })
+    expect(records[3]!.details).toEqual({ old: shown(0.01), new: shown(0.02) })
     for (const r of records) expect(JSON.stringify(r.details)).not.toContain('secretsecret')
-    expect(records[1]!.details).toEqual({ total_cost_usd: 3 * LLM_CALL_USD, override: false })
+    expect(records[2]!.details).toEqual({ total_cost_usd: 3 * LLM_CALL_USD, override: false })
+    expect(records[1]!.details).toEqual({ level: 0.8, total_cost_usd: 3 * LLM_CALL_USD, cost_threshold_usd: 0.02 })
     expect(records[0]!.details).toEqual({ total_cost_usd: 3 * LLM_CALL_USD, override: true })
     expect(records[0]!.at).toBe(new Date(clock.now()).toISOString())
-    expect(records[4]!.details).toEqual({ key_id: me, name: '' })
+    expect(records[5]!.details).toEqual({ key_id: me, name: '' })
   })
 
   it('pages newest first without a gap or a repeat, filters by agent, and shows one user nothing of another', async () => {

@@ -26,7 +26,8 @@ async function agentWithBudget(threshold: number, extra: Record<string, unknown>
   const send = async () => (await h.post('/events', llmCall(agent), key)).json()
   const pause = async (is_paused: boolean) => (await h.post('/config/pause', { agent_id: agent, is_paused }, key)).json()
   const listed = async () => (await h.get('/agents', key)).json().agents.find((a: { agent_id: string }) => a.agent_id === agent)
-  const messages = () => receiver.messages.filter((m) => m.text.includes(agent))
+  // Pause messages (alert levels send their own: test/alerts.test.ts).
+  const messages = () => receiver.messages.filter((m) => m.text.includes(agent) && m.text.includes('paused agent'))
   return { key, agent, send, pause, listed, messages }
 }
 
@@ -161,7 +162,7 @@ describe('POST /config (SPEC 4.2)', () => {
     await h.post('/config', { agent_id: a.agent, cost_threshold_usd: 7, auto_resume: false }, a.key)
     const detail = (await h.get(`/agents/${a.agent}`, a.key)).json()
     expect(detail.is_paused).toBe(true)
-    expect(detail.config).toEqual({ cost_threshold_usd: 7, slack_webhook_url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+\/…/), auto_resume: false })
+    expect(detail.config).toEqual({ cost_threshold_usd: 7, slack_webhook_url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+\/…/), auto_resume: false, alert_at: [0.8] })
     const rows = await h.services.clickhouse.query({
       query: 'SELECT count() AS n FROM agent_configs FINAL WHERE agent_id = {a:String}',
       query_params: { a: a.agent },

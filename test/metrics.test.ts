@@ -21,7 +21,7 @@ describe('metrics (METRICS_PORT)', () => {
   it('serves the journal backlog, shipped batches, hot-state size and webhook outcomes to a scraper', async () => {
     const receiver = await startReceiver()
     const key = await h.key(unique('u'))
-    await h.post('/config', { agent_id: 'a', cost_threshold_usd: 0.001, slack_webhook_url: receiver.url }, key)
+    await h.post('/config', { agent_id: 'a', cost_threshold_usd: 0.001, slack_webhook_url: receiver.url, alert_at: [] }, key)
     await Promise.all(Array.from({ length: 30 }, () => h.post('/events', llmCall('a'), key)))
     await h.flush()
     await h.services.webhooks.drain()

@@ -67,12 +67,13 @@ async function storedRows(agentId: string, userId: string): Promise<number> {
 }
 
 describe('two instances, one Redis', () => {
-  it('count concurrent events of one agent exactly, pause it once, and send one webhook', async () => {
+  it('count concurrent events of one agent exactly, pause it once, alert once per level, and send one webhook each', async () => {
     const user = unique('u')
     const key = await a.key(user)
     const agent = unique('agent')
-    // 40 events of 0.0075 = 0.30 USD; the threshold 0.1 is crossed once, somewhere.
-    await a.post('/config', { agent_id: agent, cost_threshold_usd: 0.1, slack_webhook_url: receiver.url }, key)
+    // 40 events of 0.0075 = 0.30 USD; the threshold 0.1 is crossed once, somewhere, and so
+    // are its alert levels 0.5 and 0.8 (0.05 and 0.08 USD: the 7th and the 11th event).
+    await a.post('/config', { agent_id: agent, cost_threshold_usd: 0.1, slack_webhook_url: receiver.url, alert_at: [0.5, 0.8] }, key)
     const replies = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).post('/events', llmCall(agent), key)))
     expect(replies.map((r) => r.statusCode)).toEqual(Array(40).fill(200))
     const totals = replies.map((r) => r.json().total_cost_24h as number).sort((x, y) => x - y)
@@ -81,8 +82,19 @@ describe('two instances, one Redis', () => {
     expect(totals.at(-1)).toBeCloseTo(40 * LLM_CALL_USD, 12)
     expect(replies.filter((r) => r.json().paused)).toHaveLength(40 - 13) // 13 * 0.0075 = 0.0975 <= 0.1
 
+    // Each level fired by exactly one answer, whichever instance took it, at its own total.
+    const fired = replies.map((r) => r.json()).filter((r) => r.alerts.length > 0)
+    expect(fired.map((r) => r.alerts)).toEqual(expect.arrayContaining([[0.5], [0.8]]))
+    expect(fired).toHaveLength(2)
+    expect(fired.find((r) => r.alerts[0] === 0.5).total_cost_24h).toBeCloseTo(7 * LLM_CALL_USD, 12)
+    expect(fired.find((r) => r.alerts[0] === 0.8).total_cost_24h).toBeCloseTo(11 * LLM_CALL_USD, 12)
+
     await Promise.all([a.services.webhooks.drain(), b.services.webhooks.drain()])
-    expect(receiver.messages.filter((m) => m.text.includes(agent))).toHaveLength(1)
+    const mine = receiver.messages.filter((m) => m.text.includes(agent))
+    expect(mine.filter((m) => m.text.includes('paused agent'))).toHaveLength(1)
+    expect(mine.filter((m) => m.text.includes('reached 50 %'))).toHaveLength(1)
+    expect(mine.filter((m) => m.text.includes('reached 80 %'))).toHaveLength(1)
+    expect(mine).toHaveLength(3)
     await Promise.all([a.flush(), b.flush()])
     const rs = await a.services.clickhouse.query({
       query: "SELECT count() AS n FROM pause_transitions WHERE agent_id = {a:String} AND reason = 'budget'",

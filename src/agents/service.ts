@@ -1,6 +1,7 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
+import { alertsReached } from '../hot-state/policy.ts'
 import { DEFAULT_POLICY, type AgentPolicy, type HotState } from '../hot-state/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl } from '../notify/webhook.ts'
@@ -46,6 +47,7 @@ export class AgentService {
       thresholdNano: body.cost_threshold_usd !== undefined ? usdToNano(body.cost_threshold_usd) : (current?.thresholdNano ?? DEFAULT_POLICY.thresholdNano),
       autoResume: body.auto_resume ?? current?.autoResume ?? false,
       webhookUrl,
+      alertAt: body.alert_at ?? current?.alertAt ?? DEFAULT_POLICY.alertAt,
     }
     await hotState.setPolicy(ref, policy, clock.now(), actor)
   }
@@ -77,6 +79,7 @@ export class AgentService {
       is_paused: s.pause.paused,
       paused_reason: s.pause.reason,
       remaining_usd: nanoToUsd(s.policy.thresholdNano - s.totalNano),
+      alerts_reached: levelsReached(s.totalNano, s.policy),
     }))
   }
 
@@ -136,6 +139,7 @@ export class AgentService {
       paused_reason: snapshot.pause.reason,
       remaining_usd: nanoToUsd(snapshot.policy.thresholdNano - snapshot.totalNano),
       projected_exhaustion_at: isoOrNull(state.exhaustionAt),
+      alerts_reached: levelsReached(snapshot.totalNano, snapshot.policy),
       config: snapshot.configured ? formatConfig(snapshot.policy) : null,
       cost_by_model: byModel.map((m) => ({
         model: m.model,
@@ -188,8 +192,18 @@ function formatEvent(e: StoredEvent) {
 }
 
 
-/** A record's details as the API shows them: money in USD (the pause records keep nano-USD). */
+/** A record's details as the API shows them: money in USD (pause and alert records keep nano-USD). */
 function auditDetails(json: string): Record<string, unknown> {
-  const { total_nano, ...rest } = JSON.parse(json) as Record<string, unknown>
-  return typeof total_nano === 'number' ? { total_cost_usd: nanoToUsd(total_nano), ...rest } : rest
+  const { total_nano, threshold_nano, ...rest } = JSON.parse(json) as Record<string, unknown>
+  return {
+    ...rest,
+    ...(typeof total_nano === 'number' ? { total_cost_usd: nanoToUsd(total_nano) } : {}),
+    ...(typeof threshold_nano === 'number' ? { cost_threshold_usd: nanoToUsd(threshold_nano) } : {}),
+  }
+}
+
+/** The alert levels the total is at or above (policy.ts alertsReached), as their fractions. */
+function levelsReached(totalNano: number, policy: AgentPolicy): number[] {
+  const bits = alertsReached(totalNano, policy)
+  return policy.alertAt.filter((_, i) => (bits & (1 << i)) !== 0)
 }

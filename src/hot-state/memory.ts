@@ -1,10 +1,11 @@
 import type { Nano } from '../money.ts'
 import { JournalFullError, type JournalRow, type JournalStatus } from '../journal/types.ts'
+import { alertRow } from '../storage/alerts.ts'
 import { configRow, shownConfig } from '../storage/configs.ts'
 import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
-import { evaluate, manual } from './policy.ts'
+import { alertsReached, carryAlerts, evaluate, evaluateAlerts, manual } from './policy.ts'
 import { exhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
 import { RollingWindow } from './window.ts'
@@ -15,6 +16,7 @@ import {
   type AgentPolicy,
   type AgentRef,
   type AgentSnapshot,
+  type BudgetAlert,
   type HotState,
   type ListedAgent,
   type PauseState,
@@ -31,6 +33,8 @@ interface AgentEntry {
   pause: PauseState
   policy: AgentPolicy
   configured: boolean
+  /** The alert levels fired and not re-armed, a bit per level of policy.alertAt (policy.ts evaluateAlerts). */
+  alerted: number
 }
 
 /** The embedded journal as the in-process hot state writes to it (journal/segment-log.ts). */
@@ -71,7 +75,7 @@ export class MemoryHotState implements HotState {
       await this.#journal.synced()
       return step
     }
-    await this.#journal.append([{ table: 'events', row: e.row }, ...step.transitions.map(asRow)], now)
+    await this.#journal.append([{ table: 'events', row: e.row }, ...step.transitions.map(asRow), ...step.alerts.map(alertAsRow)], now)
     return step
   }
 
@@ -84,7 +88,7 @@ export class MemoryHotState implements HotState {
     const fp = fingerprint(e.userId, e.agentId, e.eventId)
     const seenCost = this.#seen.get(fp, nowMinute)
     if (seenCost !== undefined) {
-      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), paused: agent.pause.paused, transitions: [] }
+      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), paused: agent.pause.paused, transitions: [], alerts: [] }
     }
     const minute = minuteOf(e.at)
     this.#seen.add(fp, e.costNano, minute)
@@ -93,10 +97,26 @@ export class MemoryHotState implements HotState {
     const transitions: Transition[] = []
     const relaxed = this.#evaluate(e, agent, now, false)
     if (relaxed) transitions.push(relaxed)
+    // Levels the expiry took the total below re-arm first, so this event can fire them again.
+    agent.alerted = evaluateAlerts(agent.alerted, agent.window.totalNano, agent.policy, false).alerted
     agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
     const crossed = this.#evaluate(e, agent, now, true)
     if (crossed) transitions.push(crossed)
-    return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), paused: agent.pause.paused, transitions }
+    const budget = this.#budget(agent, now)
+    const { alerted, fired } = evaluateAlerts(agent.alerted, agent.window.totalNano, agent.policy, true)
+    agent.alerted = alerted
+    const alerts = fired.map((level) => ({
+      userId: e.userId,
+      agentId: e.agentId,
+      at: now,
+      version: nextVersion(now),
+      level,
+      totalNano: budget.totalNano,
+      thresholdNano: budget.thresholdNano,
+      exhaustionAt: budget.exhaustionAt,
+      webhookUrl: agent.policy.webhookUrl,
+    }))
+    return { counted: true, costNano: e.costNano, ...budget, paused: agent.pause.paused, transitions, alerts }
   }
 
   /** The total against the threshold, and when it reaches it (projection.ts). */
@@ -141,6 +161,7 @@ export class MemoryHotState implements HotState {
     const agent = this.#entry(ref)
     const row = configRow(ref, policy, now, actor, agent.configured ? shownConfig(agent.policy) : '')
     const thresholdChanged = agent.policy.thresholdNano !== policy.thresholdNano
+    agent.alerted = carryAlerts(agent.alerted, agent.policy.alertAt, policy.alertAt)
     agent.policy = { ...policy }
     agent.configured = true
     let transition: Transition | null = null
@@ -210,8 +231,11 @@ export class MemoryHotState implements HotState {
       },
       finish: async () => {
         // A crossing stored just before a crash was never acted on, and is now (journaled).
+        // The alert levels the totals are at count as fired: they were, with the events that
+        // crossed them (the same journal append), or their level came with a config since.
         const transitions: Transition[] = []
         for (const [key, agent] of this.#agents) {
+          agent.alerted = alertsReached(agent.window.totalNano, agent.policy)
           const t = this.#evaluate(refOf(key), agent, now, true)
           if (t) transitions.push(t)
         }
@@ -238,7 +262,7 @@ export class MemoryHotState implements HotState {
     const key = agentKey(ref)
     let agent = this.#agents.get(key)
     if (!agent) {
-      agent = { window: new RollingWindow(), pause: RUNNING, policy: DEFAULT_POLICY, configured: false }
+      agent = { window: new RollingWindow(), pause: RUNNING, policy: DEFAULT_POLICY, configured: false, alerted: 0 }
       this.#agents.set(key, agent)
       let agents = this.#byUser.get(ref.userId)
       if (!agents) this.#byUser.set(ref.userId, (agents = new Map()))
@@ -296,6 +320,10 @@ function refOf(key: string): AgentRef {
 
 function asRow(t: Transition): JournalRow {
   return { table: 'pause_transitions', row: transitionRow(t) }
+}
+
+function alertAsRow(a: BudgetAlert): JournalRow {
+  return { table: 'budget_alerts', row: alertRow(a) }
 }
 
 function snapshotOf(agent: AgentEntry): AgentSnapshot {

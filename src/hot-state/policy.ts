@@ -29,6 +29,41 @@ export function evaluate(
 }
 
 /**
+ * Alert levels (issue 12): bit i of `alerted` says that level alertAt[i] fired and the total
+ * has not fallen below it since. A level fires when the total is at or above its share of
+ * the threshold and its bit is clear (only when `mayFire`: an event counted); it re-arms
+ * once the total is below it. Returns the new bits and the levels fired, lowest first.
+ */
+export function evaluateAlerts(alerted: number, totalNano: Nano, policy: AgentPolicy, mayFire: boolean): { alerted: number; fired: number[] } {
+  const fired: number[] = []
+  policy.alertAt.forEach((level, i) => {
+    const bit = 1 << i
+    if (totalNano >= level * policy.thresholdNano) {
+      if (mayFire && (alerted & bit) === 0) {
+        alerted |= bit
+        fired.push(level)
+      }
+    } else {
+      alerted &= ~bit
+    }
+  })
+  return { alerted, fired }
+}
+
+/** The levels the total is at or above (GET /agents; the bits a rebuild or a load starts from). */
+export function alertsReached(totalNano: Nano, policy: AgentPolicy): number {
+  return policy.alertAt.reduce((bits, level, i) => (totalNano >= level * policy.thresholdNano ? bits | (1 << i) : bits), 0)
+}
+
+/** The bits of `alerted` (over `from`'s levels) carried to `to`'s levels: a level kept keeps its state. */
+export function carryAlerts(alerted: number, from: readonly number[], to: readonly number[]): number {
+  return to.reduce((bits, level, i) => {
+    const j = from.indexOf(level)
+    return j >= 0 && (alerted & (1 << j)) !== 0 ? bits | (1 << i) : bits
+  }, 0)
+}
+
+/**
  * A manual pause holds until a manual resume (so pausing an agent its budget paused makes
  * the pause manual: auto-resume no longer ends it); a resume over budget overrides auto-pause.
  */

@@ -18,6 +18,7 @@ import {
   type AgentLoader,
   type AgentRef,
   type AgentSnapshot,
+  type BudgetAlert,
   type HotState,
   type ListedAgent,
   type PauseReason,
@@ -89,28 +90,32 @@ export class RedisHotState implements HotState {
         eventFingerprint(e.userId, e.agentId, e.eventId),
       ),
     )) as RecordReply
-    const [counted, total, paused, cost, threshold, spend, ...transitions] = reply
+    const [counted, total, paused, cost, threshold, spend, fired, webhook, ...transitions] = reply
+    const budget = { totalNano: Number(total), thresholdNano: Number(threshold), exhaustionAt: exhaustionAt(spendOf(total, spend), Number(threshold), now) }
+    const alerts: BudgetAlert[] = []
+    for (let i = 0; i < fired.length; i += 2) {
+      alerts.push({ userId: e.userId, agentId: e.agentId, at: now, version: Number(fired[i + 1]), level: Number(fired[i]), ...budget, webhookUrl: webhook || null })
+    }
     return {
       counted: counted === 1,
       costNano: Number(cost),
-      totalNano: Number(total),
-      thresholdNano: Number(threshold),
-      exhaustionAt: exhaustionAt(spendOf(total, spend), Number(threshold), now),
+      ...budget,
       paused: paused === 1,
       transitions: transitions.map((t) => transitionOf(e, now, t)),
+      alerts,
     }
   }
 
   async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
     const [s, t, spend] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...head))) as GetReply
-    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active] = s
+    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt] = s
     return {
       snapshot: {
         active: active === 1,
         totalNano: Number(total),
         llmCalls: Number(calls),
         pause: { paused: paused === 1, reason: reason === '' ? null : (reason as PauseReason), override: override === 1 },
-        policy: { thresholdNano: Number(threshold), autoResume: autoResume === 1, webhookUrl: webhook },
+        policy: { thresholdNano: Number(threshold), autoResume: autoResume === 1, webhookUrl: webhook, alertAt: alertAt.split(',').filter(Boolean).map(Number) },
         configured: configured === 1,
       },
       transition: t ? transitionOf(ref, now, t) : null,
@@ -149,7 +154,17 @@ export class RedisHotState implements HotState {
     // The script appends the config it replaces (it alone knows it at that moment): "replaced" is left out here.
     const row = configRow(ref, policy, now, actor)
     const [t] = (await this.#agentScript(ref, now, (k, head) =>
-      this.#scripts.burnrateSetPolicy(...k, ...head, String(policy.thresholdNano), policy.autoResume ? 1 : 0, policy.webhookUrl ?? '', JSON.stringify(row), actor, row.shown),
+      this.#scripts.burnrateSetPolicy(
+        ...k,
+        ...head,
+        String(policy.thresholdNano),
+        policy.autoResume ? 1 : 0,
+        policy.webhookUrl ?? '',
+        JSON.stringify(row),
+        actor,
+        row.shown,
+        policy.alertAt.join(','),
+      ),
     )) as [TransitionReply | false]
     return t ? transitionOf(ref, now, t, actor) : null
   }
@@ -242,6 +257,7 @@ export class RedisHotState implements HotState {
         webhook: policy.webhookUrl ?? false,
         configured: load.policy ? '1' : '0',
         shown: load.policy ? shownConfig(load.policy) : false,
+        alert_at: policy.alertAt.join(','),
       },
       pause: { paused: pause.paused ? '1' : '0', reason: pause.reason ?? '', override: pause.override ? '1' : '0' },
     }
@@ -335,8 +351,9 @@ type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>
 type TransitionReply = [TransitionReason, number, number, string, string, string | null, string]
 /** lib.lua spend(): the last 60 minutes' cost, and [hour, cost, …] oldest first. */
 type SpendReply = [string, string[]]
-type RecordReply = [number, string, number, string, string, SpendReply, ...TransitionReply[]]
-type GetReply = [[string, string, number, string, number, string, number, string | null, number, number], TransitionReply | null, SpendReply]
+/** record.lua: counted, total, paused, cost, threshold, spend, [level, version, …] of the alerts fired, webhook. */
+type RecordReply = [number, string, number, string, string, SpendReply, string[], string | null, ...TransitionReply[]]
+type GetReply = [[string, string, number, string, number, string, number, string | null, number, number, string], TransitionReply | null, SpendReply]
 
 function spendOf(total: string, [lastHour, hours]: SpendReply): Spend {
   return { totalNano: Number(total), lastHourNano: Number(lastHour), hours: hours.map(Number) }

@@ -7,7 +7,11 @@ export interface AgentPolicy {
   thresholdNano: Nano
   autoResume: boolean
   webhookUrl: string | null
+  /** Alert levels, fractions of the threshold in (0, 1), ascending, at most five (issue 12). */
+  alertAt: readonly number[]
 }
+
+export const DEFAULT_ALERT_AT: readonly number[] = Object.freeze([0.8])
 
 export const DEFAULT_THRESHOLD_NANO: Nano = 10_000_000_000 // SPEC.md 2.3: 10.0 USD
 
@@ -15,6 +19,7 @@ export const DEFAULT_POLICY: AgentPolicy = Object.freeze({
   thresholdNano: DEFAULT_THRESHOLD_NANO,
   autoResume: false,
   webhookUrl: null,
+  alertAt: DEFAULT_ALERT_AT,
 })
 
 export type PauseReason = 'budget' | 'manual'
@@ -83,6 +88,22 @@ export interface RecordResult {
   paused: boolean
   /** What this event changed: at most an ended override (the window expired first) and a budget pause. */
   transitions: Transition[]
+  /** The alert levels this event took the total to or past (issue 12), lowest first. */
+  alerts: BudgetAlert[]
+}
+
+/** An alert level crossed by an event: fired once, until the total falls back below it. */
+export interface BudgetAlert {
+  userId: string
+  agentId: string
+  at: number
+  /** The agent's version counter when it fired: names the alert (its webhook's idempotency key). */
+  version: number
+  level: number
+  totalNano: Nano
+  thresholdNano: Nano
+  exhaustionAt: number | null
+  webhookUrl: string | null
 }
 
 export interface AgentSnapshot {

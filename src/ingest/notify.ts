@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto'
-import type { Transition } from '../hot-state/types.ts'
+import type { BudgetAlert, Transition } from '../hot-state/types.ts'
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
 
@@ -12,10 +12,20 @@ export function announceBudgetPauses(transitions: readonly Transition[], log: { 
   }
 }
 
-/** Tells a team that its agent was paused by its budget (SPEC.md 6). */
+/** Logs each alert level an event crossed and sends its chat message (issue 12). */
+export function announceAlerts(alerts: readonly BudgetAlert[], log: { info(obj: object, msg: string): void }, notifier: PauseNotifier): void {
+  for (const a of alerts) {
+    log.info({ userId: a.userId, agentId: a.agentId, level: a.level, totalUsd: nanoToUsd(a.totalNano) }, 'agent reached an alert level of its budget')
+    notifier.alert(a)
+  }
+}
+
+/** Tells a team that its agent was paused by its budget (SPEC.md 6), or is getting close to it (issue 12). */
 export interface PauseNotifier {
   /** Returns at once: ingestion never waits on a chat service. */
   budgetPaused(t: Transition): void
+  /** Returns at once, as budgetPaused does. */
+  alert(a: BudgetAlert): void
   drain(): Promise<void>
 }
 
@@ -36,6 +46,21 @@ export class WebhookPauseNotifier implements PauseNotifier {
       totalUsd: nanoToUsd(t.totalNano),
       thresholdUsd: nanoToUsd(t.thresholdNano),
       at: new Date(t.at),
+    })
+  }
+
+  alert(a: BudgetAlert): void {
+    if (a.webhookUrl === null) return
+    this.#webhooks.notify(a.webhookUrl, {
+      // The crossing it announces, named by the agent's version when it fired.
+      id: createHash('sha256').update(`alert\0${a.userId}\0${a.agentId}\0${a.version}`).digest('hex').slice(0, 32),
+      userId: a.userId,
+      agentId: a.agentId,
+      level: a.level,
+      totalUsd: nanoToUsd(a.totalNano),
+      thresholdUsd: nanoToUsd(a.thresholdNano),
+      exhaustionAt: a.exhaustionAt === null ? null : new Date(a.exhaustionAt),
+      at: new Date(a.at),
     })
   }
 

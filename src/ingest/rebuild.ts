@@ -38,9 +38,10 @@ export async function rebuildHotState(
       restore.event(ref, fingerprint(row.user_id, row.agent_id, row.event_id), row.cost_nano, minute, row.event_type === 'llm_call' ? 1 : 0)
     } else if (table === 'pause_transitions') {
       pauseStates.offer(row, row.version, pauseOf(row))
-    } else {
+    } else if (table === 'agent_configs') {
       policies.offer(row, row.version, policyOf(row))
     }
+    // budget_alerts: a record; the alert state follows from the totals (MemoryHotState.beginRestore).
   }
   for (const { ref, value } of policies.values()) restore.policy(ref, value)
   for (const { ref, value } of pauseStates.values()) restore.pause(ref, value)
@@ -143,7 +144,7 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
 }
 
 function policyOf(c: ConfigRow): AgentPolicy {
-  return { thresholdNano: c.threshold_nano, autoResume: c.auto_resume, webhookUrl: c.slack_webhook_url }
+  return { thresholdNano: c.threshold_nano, autoResume: c.auto_resume, webhookUrl: c.slack_webhook_url, alertAt: c.alert_at }
 }
 
 function pauseOf(p: Pick<LatestTransition, 'is_paused' | 'reason' | 'override'>): PauseState {

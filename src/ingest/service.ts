@@ -6,7 +6,7 @@ import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
 import { monotonicMicros } from '../storage/version.ts'
 import { eventRow } from './event-row.ts'
-import { announceBudgetPauses, type PauseNotifier } from './notify.ts'
+import { announceAlerts, announceBudgetPauses, type PauseNotifier } from './notify.ts'
 
 /** The answer to POST /events (SPEC.md 4.1), in nano-USD until the route formats it. */
 export interface IngestReply {
@@ -17,6 +17,8 @@ export interface IngestReply {
   thresholdNano: number
   /** When the total reaches the threshold at the last hour's rate, epoch ms, or null (never). */
   exhaustionAt: number | null
+  /** The alert levels this event crossed (issue 12). */
+  alerts: number[]
   duplicate: boolean
 }
 
@@ -59,8 +61,9 @@ export class IngestService {
       this.#d.onRecorded?.()
       if (row.unpriced_quantities?.length) this.#d.onUnpriced?.(row.unpriced_quantities)
       announceBudgetPauses(step.transitions, this.#d.log, this.#d.notifier)
+      announceAlerts(step.alerts, this.#d.log, this.#d.notifier)
     }
     const { costNano, paused, totalNano, thresholdNano, exhaustionAt } = step
-    return { eventId, costNano, paused, totalNano, thresholdNano, exhaustionAt, duplicate: !step.counted }
+    return { eventId, costNano, paused, totalNano, thresholdNano, exhaustionAt, alerts: step.alerts.map((a) => a.level), duplicate: !step.counted }
   }
 }

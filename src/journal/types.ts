@@ -1,3 +1,4 @@
+import type { AlertRow } from '../storage/alerts.ts'
 import type { WrittenConfigRow } from '../storage/configs.ts'
 import type { EventRow } from '../storage/events.ts'
 import type { TransitionRow } from '../storage/transitions.ts'
@@ -11,11 +12,12 @@ export type JournalRow =
   | { table: 'events'; row: EventRow }
   | { table: 'pause_transitions'; row: TransitionRow }
   | { table: 'agent_configs'; row: WrittenConfigRow }
+  | { table: 'budget_alerts'; row: AlertRow }
 
 export type JournalTable = JournalRow['table']
 
 /** The tables rows go to, in the order a batch inserts them (and, by index, their code in a segment record). */
-export const JOURNAL_TABLES: readonly JournalTable[] = ['events', 'pause_transitions', 'agent_configs']
+export const JOURNAL_TABLES: readonly JournalTable[] = ['events', 'pause_transitions', 'agent_configs', 'budget_alerts']
 
 /** A row as read back for the rebuild, with when it was appended (epoch ms). */
 export type JournalEntry = JournalRow & { at: number }

@@ -16,6 +16,23 @@ export interface PauseNotice {
   at: Date
 }
 
+/** An alert level crossed (issue 12): sent before the pause, once per crossing. */
+export interface AlertNotice {
+  /** Names this notification on every attempt: the same alert, the same id. */
+  id: string
+  userId: string
+  agentId: string
+  /** The level crossed, a fraction of the threshold. */
+  level: number
+  totalUsd: number
+  thresholdUsd: number
+  /** When the total reaches the threshold at the last hour's rate (projection.ts), or null. */
+  exhaustionAt: Date | null
+  at: Date
+}
+
+export type Notice = PauseNotice | AlertNotice
+
 export interface ChatMessage {
   text: string
 }
@@ -61,4 +78,23 @@ export function pauseMessage(notice: PauseNotice): ChatMessage {
       `burnrate paused agent ${agentLabel(notice.agentId)}: its 24 h spend ${formatUsd(notice.totalUsd)} ` +
       `exceeded its daily budget of ${formatUsd(notice.thresholdUsd)} (${utcSeconds(notice.at)}).`,
   }
+}
+
+export function alertMessage(notice: AlertNotice): ChatMessage {
+  const left = notice.thresholdUsd - notice.totalUsd
+  const runsOut =
+    notice.exhaustionAt === null
+      ? 'at its spend rate of the last hour it would not run out within a day'
+      : `at its spend rate of the last hour it runs out at ${utcSeconds(notice.exhaustionAt)}`
+  return {
+    text:
+      `burnrate: agent ${agentLabel(notice.agentId)} reached ${Math.round(notice.level * 100)} % of its daily budget: ` +
+      `${formatUsd(notice.totalUsd)} of ${formatUsd(notice.thresholdUsd)} in the last 24 h, ${formatUsd(Math.max(0, left))} left; ` +
+      `${runsOut} (${utcSeconds(notice.at)}).`,
+  }
+}
+
+/** The message of a notice, pause or alert. */
+export function chatMessage(notice: Notice): ChatMessage {
+  return 'level' in notice ? alertMessage(notice) : pauseMessage(notice)
 }

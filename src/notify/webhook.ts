@@ -16,11 +16,11 @@ import type { Registry } from 'prom-client'
 import { checkWebhookUrl, webhookHost } from './address-policy.ts'
 import { postJson } from './attempt.ts'
 import type { AttemptResult } from './attempt.ts'
-import { pauseMessage } from './message.ts'
-import type { PauseNotice } from './message.ts'
+import { chatMessage } from './message.ts'
+import type { Notice } from './message.ts'
 
 // The module the rest of burnrate imports from (src/ingest, routes that validate or mask URLs).
-export type { PauseNotice } from './message.ts'
+export type { AlertNotice, Notice, PauseNotice } from './message.ts'
 export { checkWebhookUrl, maskWebhookUrl } from './address-policy.ts'
 
 /** pino-compatible, e.g. fastify's `app.log`. */
@@ -180,7 +180,7 @@ export class WebhookNotifier {
   }
 
   /** Fire and forget: returns at once; delivery runs in the background (ingestion never waits). */
-  notify(url: string, notice: PauseNotice): void {
+  notify(url: string, notice: Notice): void {
     const log = { agentId: notice.agentId, userId: notice.userId, host: webhookHost(url) }
     if (this.#stats.inFlight >= MAX_IN_FLIGHT) {
       this.#finish('failed', { ...log, error: 'queue_full', inFlight: this.#stats.inFlight })
@@ -204,11 +204,11 @@ export class WebhookNotifier {
     while (this.#pending.size > 0) await Promise.allSettled([...this.#pending])
   }
 
-  async #deliver(url: string, notice: PauseNotice, log: object): Promise<void> {
+  async #deliver(url: string, notice: Notice, log: object): Promise<void> {
     const problem = checkWebhookUrl(url, this.#allowPrivate)
     if (problem !== null) return this.#finish('refused', { ...log, error: problem })
     const target = new URL(url)
-    const body = JSON.stringify(pauseMessage(notice))
+    const body = JSON.stringify(chatMessage(notice))
 
     for (let attempt = 1; ; attempt++) {
       const result = await postJson(target, body, {

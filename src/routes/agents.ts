@@ -12,7 +12,7 @@ const AGENTS_LIST = {
       type: 'array',
       items: {
         type: 'object',
-        required: ['agent_id', 'total_cost_usd', 'llm_calls', 'is_paused', 'paused_reason', 'remaining_usd'],
+        required: ['agent_id', 'total_cost_usd', 'llm_calls', 'is_paused', 'paused_reason', 'remaining_usd', 'alerts_reached'],
         properties: {
           agent_id: { type: 'string' },
           total_cost_usd: { type: 'number' },
@@ -21,6 +21,7 @@ const AGENTS_LIST = {
           is_paused: { type: 'boolean' },
           paused_reason: { type: ['string', 'null'] },
           remaining_usd: { type: 'number' },
+          alerts_reached: { type: 'array', items: { type: 'number' } },
         },
       },
     },

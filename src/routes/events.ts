@@ -20,6 +20,7 @@ export const eventsRoutes =
         total_cost_24h: nanoToUsd(reply.totalNano),
         remaining_usd: nanoToUsd(reply.thresholdNano - reply.totalNano),
         projected_exhaustion_at: isoOrNull(reply.exhaustionAt),
+        alerts: reply.alerts,
         ...(reply.duplicate ? { duplicate: true } : {}),
       }
     })

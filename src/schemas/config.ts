@@ -14,6 +14,13 @@ export const configBody = z
     slack_webhook_url: webhookUrl.optional(),
     chat_webhook_url: webhookUrl.optional(),
     auto_resume: z.boolean().optional(),
+    // Issue 12: fractions of the threshold at which one alert fires per crossing.
+    alert_at: z
+      .array(z.number().gt(0, 'each level must be > 0').lt(1, 'each level must be < 1'), { error: 'must be an array of numbers' })
+      .max(5, 'must hold at most 5 levels')
+      .refine((levels) => new Set(levels).size === levels.length, 'must not repeat a level')
+      .transform((levels) => [...levels].sort((a, b) => a - b))
+      .optional(),
   })
   .superRefine((c, ctx) => {
     if (c.slack_webhook_url !== undefined && c.chat_webhook_url !== undefined && c.slack_webhook_url !== c.chat_webhook_url) {

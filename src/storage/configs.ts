@@ -15,6 +15,7 @@ const latestRow = z.object({
   threshold_nano: int,
   slack_webhook_url: z.string().nullable(),
   auto_resume: z.coerce.boolean(),
+  alert_at: z.array(z.coerce.number()),
   last_updated_at: z.string(),
   last_version: z.coerce.number().int(),
 }).transform(({ last_updated_at, last_version, ...r }) => ({ ...r, updated_at: last_updated_at, version: last_version }))
@@ -26,6 +27,7 @@ export interface ConfigRow {
   threshold_nano: Nano
   slack_webhook_url: string | null
   auto_resume: boolean
+  alert_at: readonly number[]
   updated_at: string
   version: number
 }
@@ -46,6 +48,7 @@ export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number, act
     threshold_nano: policy.thresholdNano,
     slack_webhook_url: policy.webhookUrl,
     auto_resume: policy.autoResume,
+    alert_at: policy.alertAt,
     updated_at: toChDateTime(nowMs),
     version: nextVersion(nowMs),
     actor,
@@ -60,6 +63,7 @@ export function formatConfig(p: AgentPolicy) {
     cost_threshold_usd: nanoToUsd(p.thresholdNano),
     slack_webhook_url: p.webhookUrl === null ? null : maskWebhookUrl(p.webhookUrl),
     auto_resume: p.autoResume,
+    alert_at: p.alertAt,
   }
 }
 
@@ -78,6 +82,7 @@ const LATEST = `SELECT user_id, agent_id,
     argMax(threshold_nano, version) AS threshold_nano,
     nullIf(argMax(ifNull(slack_webhook_url, ''), version), '') AS slack_webhook_url,
     argMax(auto_resume, version) AS auto_resume,
+    argMax(alert_at, version) AS alert_at,
     toString(argMax(updated_at, version)) AS last_updated_at,
     max(version) AS last_version
   FROM agent_configs`

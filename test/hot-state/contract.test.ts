@@ -184,7 +184,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
 
   it('pauses on the event that goes strictly above the threshold, once, and journals the transition with the event', async () => {
     const { hs, journaled } = await make()
-    await hs.setPolicy(ref, policy(1), T0, 'key-1')
+    await hs.setPolicy(ref, policy(1, { alertAt: [] }), T0, 'key-1')
     await journaled()
     const r = await recordAll(hs, [ev(USD / 2), ev(USD / 2), ev(1), ev(1)])
     expect(r.map((x) => x.paused)).toEqual([false, false, true, true])
@@ -227,6 +227,49 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect(rows[0]!.row).toMatchObject({ user_id: 'u', agent_id: 'a', auto_resume: true, slack_webhook_url: null })
   })
 
+  it('fires each alert level once per crossing, re-arms it only below, and journals it with the event (issue 12)', async () => {
+    const { hs, journaled } = await make()
+    await hs.setPolicy(ref, policy(10, { alertAt: [0.5, 0.8, 0.9] }), T0, 'key-1')
+    await journaled()
+    const levels = async (usd: number, at = T0) => (await hs.record(ev(usd * USD, at), at)).alerts.map((a) => a.level)
+    expect(await levels(4)).toEqual([]) // 4 of 10
+    expect(await levels(1)).toEqual([0.5]) // 5: at the level fires it
+    expect(await levels(1)).toEqual([]) // 6: still above, fired already
+    expect(await levels(3.5)).toEqual([0.8, 0.9]) // 9.5: two levels in one event
+    const rows = await journaled()
+    expect(rows.filter((r) => r.table === 'budget_alerts').map((r) => [r.row.level, r.row.total_nano, r.row.threshold_nano])).toEqual([
+      [0.5, 5 * USD, 10 * USD],
+      [0.8, 9.5 * USD, 10 * USD],
+      [0.9, 9.5 * USD, 10 * USD],
+    ])
+    // A repeat of an event fires nothing.
+    const e = ev(USD)
+    await hs.record(e, T0)
+    expect((await hs.record(e, T0)).alerts).toEqual([])
+    // A day later the window is empty: every level re-armed, and crossing again fires again.
+    const later = T0 + 1440 * MINUTE_MS
+    const again = await hs.record(ev(8 * USD, later), later)
+    expect(again.alerts.map((a) => [a.level, a.totalNano, a.thresholdNano])).toEqual([
+      [0.5, 8 * USD, 10 * USD],
+      [0.8, 8 * USD, 10 * USD],
+    ])
+    expect(again.alerts[0]!.version).toBeLessThan(again.alerts[1]!.version)
+  })
+
+  it('keeps a level\'s state across a config change, arms a new one, and sends none with no levels', async () => {
+    const { hs } = await make()
+    await hs.setPolicy(ref, policy(10, { alertAt: [0.5] }), T0, 'key-1')
+    expect((await hs.record(ev(6 * USD), T0)).alerts.map((a) => a.level)).toEqual([0.5])
+    // 0.5 stays fired; 0.6 is new and the total (6) is at it: the next event fires it, not 0.5.
+    await hs.setPolicy(ref, policy(10, { alertAt: [0.5, 0.6] }), T0, 'key-1')
+    expect((await hs.record(ev(1), T0)).alerts.map((a) => a.level)).toEqual([0.6])
+    // A lower threshold puts the total over 0.8 of it: that level is new, so it fires.
+    await hs.setPolicy(ref, policy(7, { alertAt: [0.5, 0.6, 0.8] }), T0, 'key-1')
+    expect((await hs.record(ev(1), T0)).alerts.map((a) => a.level)).toEqual([0.8])
+    await hs.setPolicy({ ...ref, agentId: 'quiet' }, policy(1, { alertAt: [] }), T0, 'key-1')
+    expect((await hs.record(ev(2 * USD, T0, { agentId: 'quiet' }), T0)).alerts).toEqual([])
+  })
+
   it('journals who set a config and the config it replaced, and who paused or resumed (the audit log, issue 12)', async () => {
     const { hs, journaled } = await make()
     const hook = 'https://hooks.example.com/services/T0/B0/secretsecret'
@@ -237,8 +280,8 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     await hs.setPaused(ref, false, T0, 'key-4')
     const later = T0 + 1440 * MINUTE_MS
     await hs.record(ev(1, later), later) // the total fell back under: the override ends on its own
-    const rows = (await journaled()).filter((r) => r.table !== 'events')
-    const shown = (usd: number, webhook: string | null) => ({ cost_threshold_usd: usd, slack_webhook_url: webhook, auto_resume: false })
+    const rows = (await journaled()).filter((r) => r.table !== 'events' && r.table !== 'budget_alerts')
+    const shown = (usd: number, webhook: string | null) => ({ cost_threshold_usd: usd, slack_webhook_url: webhook, auto_resume: false, alert_at: [0.8] })
     const configs = rows
       .filter((r) => r.table === 'agent_configs')
       .map((r) => ({ actor: r.row.actor, shown: JSON.parse(r.row.shown as string), replaced: r.row.replaced }))

@@ -258,6 +258,15 @@ describe('redis hot state: keys', () => {
   })
 })
 
+describe('redis hot state: alerts after a load (issue 12)', () => {
+  it('takes the alert levels a loaded total is at as fired: a reload sends no alert again', async () => {
+    const loaded = { minutes: [{ minute: M0 - 10, costNano: 0.85 * USD, llmCalls: 1 }], seen: [], policy: { ...DEFAULT_POLICY, thresholdNano: USD, alertAt: [0.5, 0.9] }, pause: null }
+    const hs = hot({ prefix: prefix(), loader: countingLoader(() => loaded) })
+    expect((await hs.record(ev(1), T0)).alerts).toEqual([])
+    expect((await hs.record(ev(0.05 * USD), T0)).alerts.map((a) => a.level)).toEqual([0.9])
+  })
+})
+
 describe('redis hot state: hourly sums (issue 12)', () => {
   it('gives an agent kept before hourly sums existed its sums once, from its minute buckets', async () => {
     const p = prefix()

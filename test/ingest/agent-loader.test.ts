@@ -27,7 +27,7 @@ beforeAll(async () => {
     eventRow({ user_id: 'u2', agent_id: 'b', event_id: id(), at: NOW - 120_000, cost_nano: 11 }),
     eventRow({ user_id: 'u2', agent_id: 'b', event_id: id(), at: NOW - 25 * 3_600_000, cost_nano: 1000 }), // out of the window
   ])
-  await upsertConfig(clickhouse, configRow({ userId: 'u2', agentId: 'b' }, { thresholdNano: 3, webhookUrl: null, autoResume: true }, NOW, 'system'))
+  await upsertConfig(clickhouse, configRow({ userId: 'u2', agentId: 'b' }, { thresholdNano: 3, webhookUrl: null, autoResume: true, alertAt: [0.8] }, NOW, 'system'))
 })
 afterAll(() => clickhouse?.close())
 

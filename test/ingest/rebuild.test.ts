@@ -23,7 +23,7 @@ beforeAll(async () => {
 })
 afterAll(() => clickhouse?.close())
 
-const policy = (usd: number) => ({ thresholdNano: usd * 1e9, webhookUrl: null, autoResume: false })
+const policy = (usd: number) => ({ thresholdNano: usd * 1e9, webhookUrl: null, autoResume: false, alertAt: [0.8] })
 const transition = (agentId: string, paused: boolean, at: number) =>
   transitionRow({ userId: 'u', agentId, at, version: 0, actor: 'key-1', paused, reason: 'manual', override: false, totalNano: 0, thresholdNano: 0, webhookUrl: null })
 
@@ -54,6 +54,20 @@ describe('rebuilding the in-process hot state', () => {
     const a = (await hs.get({ userId: 'u', agentId: 'a' }, NOW)).snapshot
     expect(a).toMatchObject({ totalNano: 12, llmCalls: 2, policy: { thresholdNano: 3e9 }, pause: { paused: true, reason: 'manual' } })
     expect((await hs.get({ userId: 'u', agentId: 'b' }, NOW)).snapshot.policy.thresholdNano).toBe(4e9)
+    await journal.close()
+  })
+
+  it('takes the alert levels the totals are at as fired: a restart sends no alert again (issue 12)', async () => {
+    const journal = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-rebuild-j-')), fsync: false, maxRows: 1000 })
+    const ref = { userId: 'alerts', agentId: 'a' }
+    // 0.85 of a 1 USD budget with levels 0.5 and 0.9: 0.5 fired before the restart, 0.9 not yet.
+    await upsertConfig(clickhouse, configRow(ref, { ...policy(1), alertAt: [0.5, 0.9] }, NOW - 5000, 'system'))
+    await insertEvents(clickhouse, [eventRow({ user_id: 'alerts', agent_id: 'a', event_id: '00000000-0000-4000-d000-0000000000a1', at: NOW - 60_000, cost_nano: 0.85e9 })])
+    const hs = new MemoryHotState(journal)
+    await rebuildHotState(clickhouse, hs, NOW, journal.unshipped())
+    const next = (id: string, costNano: number) => ({ ...ref, eventId: id, costNano, llmCall: true, at: NOW, row: eventRow({ user_id: 'alerts', agent_id: 'a', event_id: id, at: NOW, cost_nano: costNano }) })
+    expect((await hs.record(next('00000000-0000-4000-d000-0000000000a2', 1), NOW)).alerts).toEqual([])
+    expect((await hs.record(next('00000000-0000-4000-d000-0000000000a3', 0.05e9), NOW)).alerts.map((a) => a.level)).toEqual([0.9])
     await journal.close()
   })
 })

@@ -143,8 +143,8 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
 
   it('reads the newest config, even for two writes in one millisecond', async () => {
     const ref = { userId: 'u', agentId: 'cfg' }
-    await upsertConfig(client, configRow(ref, { thresholdNano: 1, webhookUrl: 'https://hooks.example.com/x', autoResume: false }, T, 'system'))
-    await upsertConfig(client, configRow(ref, { thresholdNano: 2, webhookUrl: null, autoResume: false }, T, 'system'))
+    await upsertConfig(client, configRow(ref, { thresholdNano: 1, webhookUrl: 'https://hooks.example.com/x', autoResume: false, alertAt: [0.8] }, T, 'system'))
+    await upsertConfig(client, configRow(ref, { thresholdNano: 2, webhookUrl: null, autoResume: false, alertAt: [0.8] }, T, 'system'))
     expect(await getConfig(client, 'u', 'cfg')).toMatchObject({ threshold_nano: 2, slack_webhook_url: null })
     expect(await getConfig(client, 'v', 'cfg')).toBeNull()
   })

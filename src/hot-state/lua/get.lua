@@ -1,7 +1,7 @@
 -- get: the agent's window and state after expiry; only the relaxing rules apply (reads never
 -- pause), and what they change is journaled. KEYS[1..6], ARGV[1..7] (lib.lua)
 -- Returns NEEDS_LOAD, FENCED, or {{total, calls, paused, reason, override, threshold,
--- auto_resume, webhook, configured, active}, transition or false, spend (lib.lua)}.
+-- auto_resume, webhook, configured, active, alert_at}, transition or false, spend (lib.lua)}.
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(false)
 if closed then return closed end
@@ -17,7 +17,7 @@ if st.dirty or relaxed then save_state(st) end
 return {
   { fmt(st.total), fmt(st.calls), st.paused and 1 or 0, st.reason, st.override and 1 or 0,
     st.threshold_s, st.auto_resume and 1 or 0, st.webhook or false, st.configured and 1 or 0,
-    redis.call('LLEN', M) > 0 and 1 or 0 },
+    redis.call('LLEN', M) > 0 and 1 or 0, st.alert_at },
   out,
   spend(now_minute),
 }

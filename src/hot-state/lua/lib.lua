@@ -4,7 +4,9 @@
 -- scripts (record, get, set_policy, set_paused) take the same first keys and arguments:
 -- KEYS[1] :a  hash of the agent's state: loaded, total, calls, paused, reason, override,
 --             threshold, auto_resume, webhook (absent when none), configured, version,
---             shown (the config as the audit log shows it, storage/configs.ts), hours
+--             shown (the config as the audit log shows it, storage/configs.ts), hours,
+--             alert_at (levels, comma-separated, ascending; absent: the default 0.8),
+--             alerted (a bit per level: fired and not re-armed, policy.ts evaluateAlerts)
 -- KEYS[2] :w  hash of minute buckets: c<minute> = cost (nano-USD), n<minute> = llm calls,
 --             and h<hour> = the cost of the buckets of each UTC hour (the projection's)
 -- KEYS[3] :m  list of the bucket minutes, oldest first (RPUSH new, LPOP expired: amortised O(1))
@@ -54,9 +56,12 @@ end
 
 local function read_state()
   local v = redis.call('HMGET', A, 'total', 'calls', 'paused', 'reason', 'override',
-    'threshold', 'auto_resume', 'webhook', 'configured', 'hours')
+    'threshold', 'auto_resume', 'webhook', 'configured', 'hours', 'alert_at', 'alerted')
   if not v[10] then sum_hours() end
+  local levels = {}
+  for level in string.gmatch(v[11] or '0.8', '[^,]+') do levels[#levels + 1] = level end
   return {
+    alert_at = v[11] or '0.8', levels = levels, alerted = tonumber(v[12] or '0'),
     total = tonumber(v[1] or '0'), calls = tonumber(v[2] or '0'),
     paused = v[3] == '1', reason = v[4] or '', override = v[5] == '1',
     threshold = tonumber(v[6]), threshold_s = v[6], auto_resume = v[7] == '1',
@@ -71,7 +76,35 @@ end
 
 local function save_state(st)
   redis.call('HSET', A, 'total', fmt(st.total), 'calls', fmt(st.calls), 'paused', b01(st.paused),
-    'reason', st.reason, 'override', b01(st.override))
+    'reason', st.reason, 'override', b01(st.override), 'alerted', st.alerted)
+end
+
+-- policy.ts evaluateAlerts(), level for level: mutates st.alerted and returns the levels
+-- fired (their text, as configured), lowest first.
+local function evaluate_alerts(st, may_fire)
+  local fired = {}
+  for i, level in ipairs(st.levels) do
+    local bit = 2 ^ (i - 1)
+    local set = math.floor(st.alerted / bit) % 2 == 1
+    if st.total >= tonumber(level) * st.threshold then
+      if may_fire and not set then
+        st.alerted = st.alerted + bit
+        fired[#fired + 1] = level
+      end
+    elseif set then
+      st.alerted = st.alerted - bit
+    end
+  end
+  return fired
+end
+
+-- policy.ts alertsReached(): the bits of the levels the total is at or above.
+local function alerts_reached(total, threshold, levels)
+  local bits = 0
+  for i, level in ipairs(levels) do
+    if total >= tonumber(level) * threshold then bits = bits + 2 ^ (i - 1) end
+  end
+  return bits
 end
 
 -- RollingWindow.expire(): drop buckets that left the window from the head, each once.
@@ -187,19 +220,33 @@ local function journal(table_name, json)
   redis.call('XADD', KEYS[4], '*', 't', table_name, 'a', ARGV[1], 'j', json)
 end
 
+-- The agent's next version: grows per agent whatever the callers' clocks do.
+local function next_version()
+  local version = math.max(NOW * 1000, tonumber(redis.call('HGET', A, 'version') or '0') + 1)
+  redis.call('HSET', A, 'version', fmt(version))
+  return version
+end
+
 -- Journals a change of pause state as its pause_transitions row, and returns it for the
 -- caller: {reason, paused, override, total, threshold, webhook, version}. A nil would end
 -- the reply array there, so an absent webhook is false (a nil reply). Versions grow per
 -- agent whatever the callers' clocks do: newest wins at a rebuild. `actor`: the key id of
 -- the request, or 'system' (the audit log's, sql/0012).
 local function transition(st, reason, actor)
-  local version = math.max(NOW * 1000, tonumber(redis.call('HGET', A, 'version') or '0') + 1)
-  redis.call('HSET', A, 'version', fmt(version))
+  local version = next_version()
   local paused, override = st.paused and 'true' or 'false', st.override and 'true' or 'false'
   journal('pause_transitions', '{' .. ARGV[5] .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
     ',"is_paused":' .. paused .. ',"reason":"' .. reason .. '","override":' .. override ..
     ',"total_nano":' .. fmt(st.total) .. ',"actor":' .. cjson.encode(actor or 'system') .. '}')
   return { reason, st.paused and 1 or 0, st.override and 1 or 0, fmt(st.total), st.threshold_s, st.webhook or false, fmt(version) }
+end
+
+-- Journals an alert level crossed (its budget_alerts row) and returns {level, version}.
+local function alert(st, level)
+  local version = next_version()
+  journal('budget_alerts', '{' .. ARGV[5] .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
+    ',"level":' .. level .. ',"total_nano":' .. fmt(st.total) .. ',"threshold_nano":' .. st.threshold_s .. '}')
+  return { level, fmt(version) }
 end
 
 -- Event ids (issue 8: at most 64 bytes each). An id is kept as a 12-byte fingerprint (hex) of

@@ -4,7 +4,8 @@
 -- KEYS[1] :a  KEYS[2] :w  KEYS[3] :m  (see lib.lua)  KEYS[4] {p}:e  the event-id tables
 -- ARGV[1] now (ms)  ARGV[2] agent TTL (ms)  ARGV[4..] the fingerprints of seen[1..]
 -- ARGV[3] JSON {minutes: [[minute, cost, calls]] oldest first, seen: [[cost, minute]],
---   policy: {threshold, auto_resume (0|1), webhook|false, configured (0|1), shown|false},
+--   policy: {threshold, auto_resume (0|1), webhook|false, configured (0|1), shown|false,
+--     alert_at (comma-separated)},
 --   pause: {paused (0|1), reason ('' when running), override (0|1)}}, numbers as strings
 -- Returns 1 when it installed, 0 when the agent was loaded already. The rules do not run:
 -- what a load finds is what was decided, and the next event evaluates as usual.
@@ -32,5 +33,9 @@ redis.call('HSET', A, 'total', fmt(st.total), 'calls', fmt(st.calls),
   'loaded', '1', 'hours', '1')
 if p.webhook then redis.call('HSET', A, 'webhook', p.webhook) end
 if p.shown then redis.call('HSET', A, 'shown', p.shown) end
+-- The levels the total is at count as fired (memory.ts beginRestore says why).
+local levels = {}
+for level in string.gmatch(p.alert_at, '[^,]+') do levels[#levels + 1] = level end
+redis.call('HSET', A, 'alert_at', p.alert_at, 'alerted', alerts_reached(st.total, tonumber(p.threshold), levels))
 touch()
 return 1

@@ -5,7 +5,8 @@
 -- ARGV[1..7] (lib.lua)  ARGV[8] cost (nano-USD integer)  ARGV[9] llm calls (0|1)
 -- ARGV[10] the event's minute  ARGV[11] the event's row (JSON)  ARGV[12] its id's fingerprint
 -- Returns NEEDS_LOAD, FENCED, FULL, or {counted (0|1), total, paused (0|1), cost, threshold,
--- spend (lib.lua), transition...} where cost is the one the id was first counted at.
+-- spend (lib.lua), {level, version, …} of the alerts fired, webhook or false, transition...}
+-- where cost is the one the id was first counted at.
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(true)
 if closed then return closed end
@@ -17,18 +18,23 @@ local ids = id_tables(KEYS[7], now_minute)
 local seen = seen_cost(KEYS[7], ids, ARGV[12], now_minute)
 if seen then
   if st.dirty then save_state(st) end
-  return { 0, fmt(st.total), st.paused and 1 or 0, seen, st.threshold_s, spend(now_minute) }
+  return { 0, fmt(st.total), st.paused and 1 or 0, seen, st.threshold_s, spend(now_minute), {}, false }
 end
 remember(KEYS[7], ids, ARGV[12], ARGV[8], ARGV[10])
 journal('events', ARGV[11])
-local out = { 1, '', 0, ARGV[8], st.threshold_s, false }
+local out = { 1, '', 0, ARGV[8], st.threshold_s, false, {}, st.webhook or false }
 -- What the expiry relaxed comes first (an override ends when the total fell back under
 -- the threshold, even if this event takes it over again), then this event's crossing.
 local relaxed = evaluate(st, false)
 if relaxed then table.insert(out, transition(st, relaxed)) end
+-- Levels the expiry took the total below re-arm first, so this event can fire them again.
+evaluate_alerts(st, false)
 add(st, ARGV[10], ARGV[8], ARGV[9])
 local crossed = evaluate(st, true)
 if crossed then table.insert(out, transition(st, crossed)) end
+for _, level in ipairs(evaluate_alerts(st, true)) do
+  for _, x in ipairs(alert(st, level)) do table.insert(out[7], x) end
+end
 save_state(st)
 touch()
 redis.call('ZADD', KEYS[6], 'GT', ARGV[10], ARGV[7])

@@ -3,7 +3,7 @@
 -- KEYS[1..6], ARGV[1..7] (lib.lua)  ARGV[8] threshold (nano-USD integer)
 -- ARGV[9] auto_resume (0|1)  ARGV[10] webhook url ('' for none)  ARGV[11] the config row (JSON,
 -- without "replaced": the config it replaces is appended here)  ARGV[12] actor (the key id)
--- ARGV[13] the new config as shown (JSON)
+-- ARGV[13] the new config as shown (JSON)  ARGV[14] the alert levels (comma-separated, ascending)
 -- Returns NEEDS_LOAD, FENCED, FULL, or {transition or false}.
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(true)
@@ -13,7 +13,17 @@ local replaced = ''
 if st.configured then replaced = redis.call('HGET', A, 'shown') or '' end
 local changed = st.threshold ~= tonumber(ARGV[8])
 st.threshold, st.threshold_s, st.auto_resume = tonumber(ARGV[8]), ARGV[8], ARGV[9] == '1'
-redis.call('HSET', A, 'threshold', ARGV[8], 'auto_resume', ARGV[9], 'configured', '1', 'shown', ARGV[13])
+-- A level kept keeps its state (policy.ts carryAlerts); a new one starts armed.
+local alerted = 0
+local i = 0
+for level in string.gmatch(ARGV[14], '[^,]+') do
+  i = i + 1
+  for j, old in ipairs(st.levels) do
+    if old == level and math.floor(st.alerted / 2 ^ (j - 1)) % 2 == 1 then alerted = alerted + 2 ^ (i - 1) end
+  end
+end
+redis.call('HSET', A, 'threshold', ARGV[8], 'auto_resume', ARGV[9], 'configured', '1', 'shown', ARGV[13],
+  'alert_at', ARGV[14], 'alerted', alerted)
 if ARGV[10] ~= '' then
   st.webhook = ARGV[10]
   redis.call('HSET', A, 'webhook', ARGV[10])
