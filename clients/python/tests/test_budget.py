@@ -84,6 +84,40 @@ class BudgetTest(unittest.TestCase):
         self.assertEqual(S.api.agent(agent)["llm_calls"], 2)
         self.assertEqual(self.errors, [])
 
+    def test_remaining_projection_and_on_alert_once_per_level(self) -> None:
+        """Issue 12: what is left, when it runs out, and each alert level crossed told once."""
+        agent = unique("alerts")
+        seen: List[object] = []
+        br = self.client(agent, cost_threshold_usd=0.03, alert_at=(0.75, 0.5), on_alert=lambda levels, answer: seen.append((levels, answer["total_cost_24h"])))
+        self.assertIsNone(br.remaining_usd)
+        self.assertIsNone(br.projected_exhaustion_at)
+        self.assertIs(br.llm_call("gpt-4o", GPT4O_IN, GPT4O_OUT), True)
+        self.assertAlmostEqual(br.remaining_usd or 0, 0.03 - GPT4O_COST, places=9)
+        at = br.projected_exhaustion_at
+        assert at is not None
+        # All of it in the last hour: the rest (three calls' worth) at this rate takes 3 hours.
+        self.assertAlmostEqual(at.timestamp() - time.time(), 3 * 3600, delta=300)
+        for _ in range(3):
+            self.assertIs(br.llm_call("gpt-4o", GPT4O_IN, GPT4O_OUT), True)
+        self.assertEqual([levels for levels, _ in seen], [[0.5], [0.75]])  # type: ignore[misc]
+        self.assertAlmostEqual(seen[0][1], 2 * GPT4O_COST, places=9)  # type: ignore[index]
+        self.assertEqual(S.api.agent(agent)["config"]["alert_at"], [0.5, 0.75])
+        self.assertEqual(self.errors, [])
+
+    def test_a_raising_on_alert_does_not_stop_the_agent(self) -> None:
+        def boom(levels: List[float], answer: object) -> None:
+            raise RuntimeError("boom")
+
+        br = self.client(unique("alerts-boom"), cost_threshold_usd=0.01, on_alert=boom)
+        with self.assertLogs("burnrate", level="ERROR"):
+            self.assertIs(br.llm_call("gpt-4o", 1000, 650), True)  # 0.009 of 0.01: 0.8 crossed
+        self.assertFalse(br.paused)
+
+    def test_bad_alert_levels_are_refused_at_construction(self) -> None:
+        for levels in ([1], [0], [0.5, 0.5], [0.1, 0.2, 0.3, 0.4, 0.5, 0.6], "0.8", [True]):
+            with self.assertRaises(ValueError):
+                self.client(unique("bad"), alert_at=levels)
+
     def test_operator_resume_then_refresh_lets_it_send_again(self) -> None:
         agent = unique("resume")
         br = self.client(agent, cost_threshold_usd=0.01)

@@ -2,7 +2,7 @@ import { BurnrateError } from './errors.js'
 import { buildEventBody, checkAgentId, checkTokens } from './event.js'
 import { isObject, requestJson, sleep } from './http.js'
 import type { FetchLike, JsonRequest, RetryPolicy } from './http.js'
-import type { BurnrateEvent, EventExtras, EventResponse, FailMode, LlmUsage, Metadata } from './types.js'
+import type { AlertInfo, BurnrateEvent, EventExtras, EventResponse, FailMode, LlmUsage, Metadata } from './types.js'
 import { fromAnthropic as anthropicEvent, fromOpenAIChat as openAIChatEvent, fromOpenAIResponses as openAIResponsesEvent, fromUsage as usageEvent, withExtras } from './usage.js'
 import type { ProviderUsage, UsageSource } from './usage.js'
 
@@ -17,6 +17,10 @@ export interface BurnrateOptions {
   costThresholdUsd?: number
   /** Slack-compatible incoming webhook told when the budget pauses the agent (sent with POST /config). */
   slackWebhookUrl?: string
+  /** Alert levels, fractions of the budget in (0, 1), at most five (sent with POST /config; the server's default is [0.8]). */
+  alertAt?: number[]
+  /** Told once per crossing of an alert level, with the answer that reported it. An exception it throws goes to onError's logger, not to send(). */
+  onAlert?: (alert: AlertInfo) => void
   /** Per attempt, until the whole answer is read. Default 10 000. */
   timeoutMs?: number
   /** Retries after the first attempt, for network errors, timeouts, 429 and 5xx. Default 3. */
@@ -71,6 +75,7 @@ export class Burnrate {
   private readonly agent: string
   private readonly failMode: FailMode
   private readonly onError: ((error: BurnrateError) => void) | undefined
+  private readonly onAlert: ((alert: AlertInfo) => void) | undefined
   private readonly policy: RetryPolicy
   private readonly fetchFn: FetchLike
   /** The POST /config body, until it has been accepted once; null when there is nothing to configure. */
@@ -93,6 +98,8 @@ export class Burnrate {
     this.failMode = failMode
     if (options.onError !== undefined && typeof options.onError !== 'function') throw new TypeError('burnrate: onError must be a function')
     this.onError = options.onError
+    if (options.onAlert !== undefined && typeof options.onAlert !== 'function') throw new TypeError('burnrate: onAlert must be a function')
+    this.onAlert = options.onAlert
     const maxRetries = positive(options.maxRetries, 'maxRetries', DEFAULTS.maxRetries, true)
     if (!Number.isInteger(maxRetries)) throw new TypeError('burnrate: maxRetries must be an integer')
     this.policy = {
@@ -120,6 +127,18 @@ export class Burnrate {
       }
       config.slack_webhook_url = options.slackWebhookUrl
     }
+    if (options.alertAt !== undefined) {
+      const levels = options.alertAt
+      if (
+        !Array.isArray(levels) ||
+        levels.length > 5 ||
+        new Set(levels).size !== levels.length ||
+        !levels.every((l) => typeof l === 'number' && Number.isFinite(l) && l > 0 && l < 1)
+      ) {
+        throw new TypeError('burnrate: alertAt must hold at most 5 distinct numbers between 0 and 1 (exclusive)')
+      }
+      config.alert_at = [...levels]
+    }
     this.pendingConfig = Object.keys(config).length > 0 ? { agent_id: this.agent, ...config } : null
   }
 
@@ -136,6 +155,17 @@ export class Burnrate {
   /** The last answer to POST /events (cost, 24 h total, duplicate), if any. */
   get lastResponse(): EventResponse | undefined {
     return this.last
+  }
+
+  /** What is left of the agent's budget as of the last answer (negative when over it), if any. */
+  get remainingUsd(): number | undefined {
+    return this.last?.remaining_usd
+  }
+
+  /** When the budget runs out at the last hour's rate, as of the last answer: null when it never would, undefined before any answer. */
+  get projectedExhaustionAt(): Date | null | undefined {
+    const at = this.last?.projected_exhaustion_at
+    return at === undefined ? undefined : at === null ? null : new Date(at)
   }
 
   /**
@@ -159,6 +189,7 @@ export class Burnrate {
       this.last = r as unknown as EventResponse
       if (r.paused) this.isPaused = true
       delivered = true
+      if (Array.isArray(r.alerts) && r.alerts.length > 0 && this.onAlert) this.tellAlert({ levels: r.alerts as number[], response: this.last })
     } catch (err) {
       this.report(err)
     }
@@ -298,6 +329,15 @@ export class Burnrate {
   /** Builds the event (a TypeError becomes a rejection) and sends it. */
   private async later(build: () => BurnrateEvent): Promise<boolean> {
     return this.send(build())
+  }
+
+  /** onAlert, whose own failure never reaches send(). */
+  private tellAlert(alert: AlertInfo): void {
+    try {
+      this.onAlert?.(alert)
+    } catch (err) {
+      console.warn(`[burnrate] onAlert threw: ${err instanceof Error ? err.message : String(err)}`)
+    }
   }
 
   private report(err: unknown): void {

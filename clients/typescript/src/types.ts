@@ -57,8 +57,20 @@ export interface EventResponse {
   cost_usd: number
   paused: boolean
   total_cost_24h: number
+  /** The budget minus the 24 h total (negative when over it). */
+  remaining_usd: number
+  /** When the total reaches the budget at the last hour's spend rate (ISO 8601), null when it never would. */
+  projected_exhaustion_at: string | null
+  /** The alert levels (fractions of the budget) this event took the total to or past. */
+  alerts: number[]
   /** Present (true) when the event_id had been accepted before: counted once. */
   duplicate?: true
+}
+
+/** What onAlert is told: the levels an event crossed, and the answer that said so. */
+export interface AlertInfo {
+  levels: number[]
+  response: EventResponse
 }
 
 /** An RFC 9457 problem as burnrate sends it (application/problem+json). */

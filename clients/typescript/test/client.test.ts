@@ -155,6 +155,38 @@ describe('start-up config and the pause signal', () => {
     expect(errors).toEqual([])
   })
 
+  it('exposes what is left and when it runs out, and tells onAlert once per level crossed (issue 12)', async () => {
+    const id = agentName('alerts')
+    const alerts: Array<{ levels: number[]; total: number }> = []
+    const { c, errors } = make(id, { costThresholdUsd: 0.03, alertAt: [0.75, 0.5], onAlert: (a) => alerts.push({ levels: a.levels, total: nano(a.response.total_cost_24h) }) })
+    expect(c.remainingUsd).toBeUndefined()
+    expect(c.projectedExhaustionAt).toBeUndefined()
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(nano(c.remainingUsd!)).toBe(30_000_000 - CALL_NANO)
+    // All of it in the last hour: at this rate the rest (3 calls' worth) takes 3 hours.
+    const at = c.projectedExhaustionAt!
+    expect(at).toBeInstanceOf(Date)
+    expect(at.getTime() - Date.now()).toBeGreaterThan(2.9 * 3_600_000)
+    expect(at.getTime() - Date.now()).toBeLessThan(3.1 * 3_600_000)
+    for (let i = 0; i < 3; i++) expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(alerts).toEqual([
+      { levels: [0.5], total: 2 * CALL_NANO },
+      { levels: [0.75], total: 3 * CALL_NANO },
+    ])
+    expect(c.lastResponse!.alerts).toEqual([])
+    expect(nano(c.remainingUsd!)).toBe(30_000_000 - 4 * CALL_NANO)
+    // A callback that throws does not stop the agent.
+    const { c: c2 } = make(agentName('alerts-throw'), { costThresholdUsd: 0.01, onAlert: () => { throw new Error('boom') } })
+    const warn = vi.spyOn(console, 'warn').mockImplementation(() => {})
+    expect(await c2.llmCall('gpt-4o', { inputTokens: 1000, outputTokens: 400 })).toBe(true) // 0.0065 of 0.01: 0.8 not yet
+    expect(await c2.llmCall('gpt-4o', { inputTokens: 200, outputTokens: 200 })).toBe(true) // 0.009: 0.8 crossed
+    expect(warn).toHaveBeenCalledWith(expect.stringContaining('onAlert threw: boom'))
+    warn.mockRestore()
+    expect(errors).toEqual([])
+    expect(() => make(id, { alertAt: [1] })).toThrow(TypeError)
+    expect(() => make(id, { alertAt: [0.5, 0.5] })).toThrow(TypeError)
+  })
+
   it('after an operator resumes the agent, refresh() sees it and send() reports again', async () => {
     const id = agentName('resume')
     const p = await proxy()

@@ -9,7 +9,7 @@
 
 from ._version import __version__
 from .aio import AsyncBurnrate
-from .client import Burnrate, FailMode, OnError
+from .client import Burnrate, FailMode, OnAlert, OnError
 from .errors import BurnrateError
 from .usage import (
     end_event,
@@ -27,6 +27,7 @@ __all__ = [
     "Burnrate",
     "BurnrateError",
     "FailMode",
+    "OnAlert",
     "OnError",
     "__version__",
     "end_event",

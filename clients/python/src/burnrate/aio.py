@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Dict, Mapping, Optional
+from datetime import datetime
+from typing import Any, Dict, Mapping, Optional, Sequence
 
-from .client import Burnrate, FailMode, OnError
+from .client import Burnrate, FailMode, OnAlert, OnError
 
 
 class _DeferredBurnrate(Burnrate):
@@ -28,10 +29,12 @@ class AsyncBurnrate:
         agent_id: str,
         cost_threshold_usd: Optional[float] = None,
         slack_webhook_url: Optional[str] = None,
+        alert_at: Optional[Sequence[float]] = None,
         timeout: float = 10.0,
         max_retries: int = 3,
         fail_mode: FailMode = "open",
         on_error: Optional[OnError] = None,
+        on_alert: Optional[OnAlert] = None,
         retry_base_delay: float = 0.5,
         retry_max_delay: float = 30.0,
     ) -> None:
@@ -41,10 +44,12 @@ class AsyncBurnrate:
             agent_id=agent_id,
             cost_threshold_usd=cost_threshold_usd,
             slack_webhook_url=slack_webhook_url,
+            alert_at=alert_at,
             timeout=timeout,
             max_retries=max_retries,
             fail_mode=fail_mode,
             on_error=on_error,
+            on_alert=on_alert,
             retry_base_delay=retry_base_delay,
             retry_max_delay=retry_max_delay,
         )
@@ -65,6 +70,14 @@ class AsyncBurnrate:
     @property
     def last_response(self) -> Optional[Dict[str, Any]]:
         return self._client.last_response
+
+    @property
+    def remaining_usd(self) -> Optional[float]:
+        return self._client.remaining_usd
+
+    @property
+    def projected_exhaustion_at(self) -> Optional[datetime]:
+        return self._client.projected_exhaustion_at
 
     def __repr__(self) -> str:
         return "Async" + repr(self._client)

@@ -9,7 +9,8 @@ import threading
 import time
 import urllib.parse
 import uuid
-from typing import Any, Callable, Dict, Literal, Mapping, Optional
+from datetime import datetime
+from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence
 
 from . import usage as _usage
 from ._transport import Transport
@@ -19,6 +20,9 @@ FailMode = Literal["open", "closed"]
 
 OnError = Callable[[BurnrateError], None]
 
+# Told the alert levels an event crossed (fractions of the budget) and the answer that said so.
+OnAlert = Callable[[List[float], Dict[str, Any]], None]
+
 logger = logging.getLogger("burnrate")
 
 # The server's rule for agent_id (DECISIONS.md "Value rules"): 1-128 characters, no C0, DEL or C1.
@@ -26,6 +30,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # The server's bounds for POST /config.
 MAX_THRESHOLD_USD = 1_000_000
 MAX_WEBHOOK_URL = 2048
+MAX_ALERT_LEVELS = 5
 
 
 def _number(name: str, value: Any, *, positive: bool = False) -> float:
@@ -58,10 +63,12 @@ class Burnrate:
         agent_id: str,
         cost_threshold_usd: Optional[float] = None,
         slack_webhook_url: Optional[str] = None,
+        alert_at: Optional[Sequence[float]] = None,
         timeout: float = 10.0,
         max_retries: int = 3,
         fail_mode: FailMode = "open",
         on_error: Optional[OnError] = None,
+        on_alert: Optional[OnAlert] = None,
         retry_base_delay: float = 0.5,
         retry_max_delay: float = 30.0,
     ) -> None:
@@ -89,10 +96,23 @@ class Burnrate:
             raise ValueError('fail_mode must be "open" or "closed", got %r' % (fail_mode,))
         if on_error is not None and not callable(on_error):
             raise ValueError("on_error must be callable or None")
+        if on_alert is not None and not callable(on_alert):
+            raise ValueError("on_alert must be callable or None")
+        if alert_at is not None:
+            levels = list(alert_at) if isinstance(alert_at, (list, tuple)) else None
+            if (
+                levels is None
+                or len(levels) > MAX_ALERT_LEVELS
+                or len(set(levels)) != len(levels)
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 < x < 1 for x in levels)
+            ):
+                raise ValueError("alert_at must hold at most %d distinct numbers between 0 and 1 (exclusive), got %r" % (MAX_ALERT_LEVELS, alert_at))
+            alert_at = levels
 
         self._agent_id = agent_id
         self._fail_mode = fail_mode
         self._on_error = on_error
+        self._on_alert = on_alert
         self._transport = Transport(
             base_url,
             api_key,
@@ -102,12 +122,14 @@ class Burnrate:
             retry_max_delay=_number("retry_max_delay", retry_max_delay),
         )
         self._config: Optional[Dict[str, Any]] = None
-        if cost_threshold_usd is not None or slack_webhook_url is not None:
+        if cost_threshold_usd is not None or slack_webhook_url is not None or alert_at is not None:
             self._config = {"agent_id": agent_id}
             if cost_threshold_usd is not None:
                 self._config["cost_threshold_usd"] = cost_threshold_usd
             if slack_webhook_url is not None:
                 self._config["slack_webhook_url"] = slack_webhook_url
+            if alert_at is not None:
+                self._config["alert_at"] = alert_at
 
         # _lock guards the paused flag and whether the config is still to be sent;
         # _config_lock lets one thread at a time send the config (POST /config is once).
@@ -141,6 +163,20 @@ class Burnrate:
         """The last answer to POST /events (event_id, cost_usd, total_cost_24h, duplicate …)."""
         with self._lock:
             return self._last_response
+
+    @property
+    def remaining_usd(self) -> Optional[float]:
+        """What is left of the budget as of the last answer (negative when over it); None before one."""
+        last = self.last_response
+        return None if last is None else last.get("remaining_usd")
+
+    @property
+    def projected_exhaustion_at(self) -> Optional[datetime]:
+        """When the budget runs out at the last hour's spend rate, as of the last answer; None
+        when it never would (or before any answer)."""
+        last = self.last_response
+        at = None if last is None else last.get("projected_exhaustion_at")
+        return None if at is None else datetime.fromisoformat(at.replace("Z", "+00:00"))
 
     def __repr__(self) -> str:
         return "Burnrate(agent_id=%r, paused=%r, fail_mode=%r)" % (self._agent_id, self.paused, self._fail_mode)
@@ -183,6 +219,12 @@ class Burnrate:
             self._last_response = answer
             if answer["paused"]:
                 self._paused = True
+        alerts = answer.get("alerts")
+        if self._on_alert is not None and isinstance(alerts, list) and alerts:
+            try:
+                self._on_alert(list(alerts), answer)
+            except Exception:  # the agent must not crash because its alert callback did
+                logger.exception("burnrate: the on_alert callback raised")
         if answer["paused"]:
             return False
         # Fail-closed means: go on only with the budget known to be in place.
