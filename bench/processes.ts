@@ -285,6 +285,23 @@ export async function createKey(env: NodeJS.ProcessEnv, name: string, user = 'be
   return key
 }
 
+/** POST /config `body` for agents `<prefix>0` … `<prefix>(agents-1)`, 20 at a time (the server needs CONFIG_RATE_LIMIT above `agents`). */
+export async function configureAgents(url: string, apiKey: string, prefix: string, agents: number, body: Record<string, unknown>): Promise<void> {
+  let next = 0
+  const worker = async () => {
+    for (let i = next++; i < agents; i = next++) {
+      const res = await fetch(new URL('/config', url), {
+        method: 'POST',
+        headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
+        body: JSON.stringify({ agent_id: `${prefix}${i}`, ...body }),
+        signal: AbortSignal.timeout(10_000),
+      })
+      if (!res.ok) throw new Error(`POST /config answered ${res.status}: ${await res.text()}`)
+    }
+  }
+  await Promise.all(Array.from({ length: 20 }, worker))
+}
+
 /** Sum of llm_calls over GET /agents, read until two reads 500 ms apart agree (bounded). */
 export async function storedLlmCalls(url: string, apiKey: string): Promise<number> {
   const read = async () => {

@@ -34,7 +34,7 @@ import { history, historyFigures, historyTable } from './history.ts'
 import { markdown, writeResults, type Figure } from './results.ts'
 import { redisMode, type RedisModeResult } from './redis-mode.ts'
 import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
-import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, createKey, cutOff, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
+import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, type LoadSummary } from './load.ts'
 
 
@@ -162,7 +162,8 @@ async function main(): Promise<number> {
     await stop(ceiling.child, 'the ceiling')
 
     // 2. burnrate, embedded stores on a fresh DATA_DIR.
-    const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', METRICS_PORT: '0' }
+    // CONFIG_RATE_LIMIT: the alert-level phase configures every one of its agents.
+    const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', METRICS_PORT: '0', CONFIG_RATE_LIMIT: '100000000' }
     for (const name of STRIPPED_ENV) delete env[name]
     // The production shape's hot state, on purpose only: never a REDIS_URL left in the shell.
     if (process.env.BENCH_REDIS_URL) env.REDIS_URL = process.env.BENCH_REDIS_URL
@@ -183,6 +184,13 @@ async function main(): Promise<number> {
     // before and after it, so a drift of the machine or of the server over the run (the
     // journal and ClickHouse growing, a neighbour's load) counts against neither.
     const bUsage = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', usageObjects: true }))
+    // The same saturation on agents with five alert levels each (issue 12), under a budget
+    // none of them reaches in the phase: every event evaluates every level. Agents of their
+    // own, configured and made known first, so the token-field phases keep the default.
+    const alertPrefix = `alerts-${agentPrefix}`
+    await configureAgents(burnrate.url, apiKey, alertPrefix, opts.agents, { cost_threshold_usd: 100_000, alert_at: [0.5, 0.6, 0.7, 0.8, 0.9] })
+    const bAlertsCold = await load(burnrate.url, apiKey, opts, { agentPrefix: alertPrefix, warmup: 0, load: 'once-per-agent' })
+    const bAlerts = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix: alertPrefix, warmup: 0, load: 'saturation' }))
     const bFlatAgain = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
     // Every request for one agent: its state is the one everybody touches.
     const bHot = await load(burnrate.url, apiKey, opts, { agentPrefix: `hot-${agentPrefix}`, warmup: 0, load: 'saturation', agents: 1 })
@@ -218,6 +226,7 @@ async function main(): Promise<number> {
         row('burnrate  saturation, cold (1 event/agent)', bCold),
         row('burnrate  saturation, warm', bWarm),
         row('burnrate  saturation, usage objects', bUsage),
+        row('burnrate  saturation, 5 alert levels', bAlerts),
         row('burnrate  saturation, token fields again', bFlatAgain),
         row('burnrate  saturation, one hot agent', bHot),
         row('burnrate  50 % of saturation', bHalf),
@@ -248,15 +257,16 @@ async function main(): Promise<number> {
         ` (${writes.source}); acknowledgement to readable in ClickHouse p99 ${writes.lagP99} s`,
     )
     const flatMean = (bWarm.requestsPerSec + bFlatAgain.requestsPerSec) / 2
-    const cpu = [bWarm, bUsage, bFlatAgain].map((b) => b.cpuUsPerRequest)
-    const cpuFlat = cpu[0] != null && cpu[2] != null ? (cpu[0] + cpu[2]) / 2 : null
-    console.log(
-      `usage objects: ${ratio(bUsage.requestsPerSec, flatMean)} of the token fields' throughput in this run` +
-        ` (the mean of the phases before and after it; target ≥ 0.90)` +
-        (cpuFlat !== null && cpu[1] != null
-          ? `; burnrate's CPU per request ${fmt(cpu[1], 0)} µs against ${fmt(cpuFlat, 0)} µs: ${ratio(cpuFlat, cpu[1])} of the token fields' requests per CPU second`
-          : ''),
-    )
+    const cpuFlat = bWarm.cpuUsPerRequest != null && bFlatAgain.cpuUsPerRequest != null ? (bWarm.cpuUsPerRequest + bFlatAgain.cpuUsPerRequest) / 2 : null
+    for (const [what, b, issue] of [['usage objects', bUsage, 10], ['5 alert levels', bAlerts, 12]] as const) {
+      console.log(
+        `${what}: ${ratio(b.requestsPerSec, flatMean)} of the token fields' throughput in this run` +
+          ` (the mean of the phases before and after it; issue ${issue}'s target ≥ 0.90)` +
+          (cpuFlat !== null && b.cpuUsPerRequest != null
+            ? `; burnrate's CPU per request ${fmt(b.cpuUsPerRequest, 0)} µs against ${fmt(cpuFlat, 0)} µs: ${ratio(cpuFlat, b.cpuUsPerRequest)} of the token fields' requests per CPU second`
+            : ''),
+      )
+    }
     const codes = Object.entries(flooded.statusCodes).map(([code, n]) => `${fmt(n)} × ${code}`).join(', ')
     console.log(
       `unknown-key flood: ${fmt(flooded.requestsPerSec)} req/s from one address (${codes || 'no answers'}, ${fmt(flooded.errors)} errors);` +
@@ -271,7 +281,7 @@ async function main(): Promise<number> {
 
     // 4. The check: every acknowledged event is stored once; events cut off when autocannon
     //    stopped (sent, unanswered) may or may not have been stored, so they bound the excess.
-    const loads = [bCold, bWarm, bUsage, bFlatAgain, bHot, bHalf, bFlood]
+    const loads = [bCold, bWarm, bUsage, bAlertsCold, bAlerts, bFlatAgain, bHot, bHalf, bFlood]
     const acked = loads.reduce((sum, b) => sum + b.ok + (b.warmup?.ok ?? 0), 0)
     const unanswered = loads.reduce((sum, b) => sum + cutOff(b) + (b.warmup ? cutOff(b.warmup) : 0), 0)
     const excess = stored - acked
@@ -332,6 +342,7 @@ async function main(): Promise<number> {
       { figure: 'ingest p99 at 50 %', value: bHalf.latencyMs.p99, unit: 'ms', ratio: bHalf.latencyMs.p99 / cHalf.latencyMs.p99 },
       { figure: 'ingest max at 50 %', value: bHalf.latencyMs.max, unit: 'ms', ratio: bHalf.latencyMs.max / cHalf.latencyMs.max },
       { figure: 'usage objects / token fields, throughput', value: bUsage.requestsPerSec / flatMean, unit: 'ratio' },
+      { figure: '5 alert levels / token fields, throughput', value: bAlerts.requestsPerSec / flatMean, unit: 'ratio' },
       { figure: 'ClickHouse INSERTs of events, warm saturation', value: writes.insertsPerSec, unit: '/s' },
       { figure: 'fleet p99 with an unknown-key flood beside / without', value: bFlood.latencyMs.p99 / bHalf.latencyMs.p99, unit: 'ratio' },
       ...historyFigures(hist),

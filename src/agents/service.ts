@@ -202,8 +202,11 @@ function auditDetails(json: string): Record<string, unknown> {
   }
 }
 
+const NONE: readonly number[] = Object.freeze([])
+
 /** The alert levels the total is at or above (policy.ts alertsReached), as their fractions. */
-function levelsReached(totalNano: number, policy: AgentPolicy): number[] {
+function levelsReached(totalNano: number, policy: AgentPolicy): readonly number[] {
   const bits = alertsReached(totalNano, policy)
-  return policy.alertAt.filter((_, i) => (bits & (1 << i)) !== 0)
+  // Most agents of a listing are under every level: one shared empty list, not one each.
+  return bits === 0 ? NONE : policy.alertAt.filter((_, i) => (bits & (1 << i)) !== 0)
 }

@@ -52,7 +52,9 @@ export function evaluateAlerts(alerted: number, totalNano: Nano, policy: AgentPo
 
 /** The levels the total is at or above (GET /agents; the bits a rebuild or a load starts from). */
 export function alertsReached(totalNano: Nano, policy: AgentPolicy): number {
-  return policy.alertAt.reduce((bits, level, i) => (totalNano >= level * policy.thresholdNano ? bits | (1 << i) : bits), 0)
+  let bits = 0
+  for (let i = 0; i < policy.alertAt.length; i++) if (totalNano >= policy.alertAt[i]! * policy.thresholdNano) bits |= 1 << i
+  return bits
 }
 
 /** The bits of `alerted` (over `from`'s levels) carried to `to`'s levels: a level kept keeps its state. */
