@@ -1,3 +1,4 @@
+import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ManualClock } from '../src/clock.ts'
 import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
@@ -15,7 +16,8 @@ let receiver: Receiver
 
 beforeAll(async () => {
   receiver = await startReceiver()
-  h = await startHarness({ clock })
+  // The property below sends a few hundred configs.
+  h = await startHarness({ clock, env: { CONFIG_RATE_LIMIT: '100000' } })
 })
 afterAll(async () => {
   await h.close()
@@ -57,6 +59,28 @@ describe('alert levels (issue 12)', () => {
     const b = (await h.post('/events', llmCall('default', { output_tokens: 800_000 }), key)).json() // 8.5 of 10
     expect(b.alerts).toEqual([0.8])
     expect((await h.post('/events', llmCall('quiet', { output_tokens: 5000 }), key)).json()).toMatchObject({ alerts: [], paused: true })
+  })
+
+  it('takes any list of alert levels the rule allows, stored in order, and refuses every other without a change (property)', async () => {
+    const key = await h.key(unique('u'))
+    let stored: number[] = [0.5]
+    await h.post('/config', { agent_id: 'p', alert_at: stored }, key)
+    const level = fc.oneof(
+      fc.double({ min: 0, max: 1, noNaN: true }),
+      fc.constantFrom(0, 1, -0.5, 1.5, 0.8, 0.5),
+      fc.integer({ min: -2, max: 2 }),
+    )
+    await fc.assert(
+      fc.asyncProperty(fc.array(level, { maxLength: 7 }), async (levels) => {
+        const allowed = levels.length <= 5 && new Set(levels).size === levels.length && levels.every((l) => l > 0 && l < 1)
+        const res = await h.post('/config', { agent_id: 'p', alert_at: levels }, key)
+        expect(res.statusCode, JSON.stringify(levels)).toBe(allowed ? 200 : 400)
+        if (allowed) stored = [...levels].sort((a, b) => a - b)
+        else expect(res.json().errors.every((e: { field: string }) => e.field.startsWith('alert_at'))).toBe(true)
+        expect((await h.get('/agents/p', key)).json().config.alert_at).toEqual(stored)
+      }),
+      { numRuns: 200 },
+    )
   })
 
   it('refuses bad levels with a problem naming alert_at, and changes nothing', async () => {
