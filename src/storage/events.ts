@@ -224,13 +224,23 @@ export function seenEvents(client: ClickHouseClient, sinceMs: number, refs: read
  */
 const SCAN_ROWS = 100_000
 
+/** One read of a scan: consecutive agents of one user, or a time slice of one agent (microseconds, from inclusive, until exclusive). */
+interface ScanBatch {
+  userId: string
+  from: string
+  to: string
+  slice?: { fromUs: number | null; untilUs: number | null }
+}
+
 /**
  * Every event since `sinceMs`, agent by agent (all of an agent's events in one run, oldest
  * first): `onAgent` is called once per agent and returns where its events go. For rebuilding
  * the in-process hot state without holding the window in memory: ClickHouse computes each
  * event id's fingerprint, and the rows come as RowBinary in reads of about SCAN_ROWS rows,
  * whole agents each, in the table's own order (no sort). Ten million events as JSON objects
- * took the process past its heap (issue 11).
+ * took the process past its heap (issue 11). An agent with more events than a read is read
+ * in time slices of about that many (at its timestamps' quantiles), its run going on from
+ * one read to the next: one agent of 10 M events was one 450 MB read.
  */
 export async function scanWindow(
   client: ClickHouseClient,
@@ -246,28 +256,53 @@ export async function scanWindow(
     { since: sinceMs },
     z.object({ user_id: z.string(), agent_id: z.string(), events: int }),
   )
-  // Consecutive agents of one user, up to scanRows events (an agent with more reads alone).
-  const batches: Array<{ userId: string; from: string; to: string }> = []
+  // Consecutive agents of one user, up to scanRows events; an agent with more, in slices.
+  const batches: ScanBatch[] = []
   for (let i = 0; i < agents.length; ) {
     const first = agents[i]!
+    if (first.events > scanRows) {
+      batches.push(...(await timeSlices(client, sinceMs, first.user_id, first.agent_id, Math.ceil(first.events / scanRows))))
+      i++
+      continue
+    }
     let j = i
     let rows = 0
-    while (j < agents.length && agents[j]!.user_id === first.user_id && (j === i || rows + agents[j]!.events <= scanRows)) rows += agents[j++]!.events
+    while (j < agents.length && agents[j]!.user_id === first.user_id && agents[j]!.events <= scanRows && (j === i || rows + agents[j]!.events <= scanRows)) rows += agents[j++]!.events
     batches.push({ userId: first.user_id, from: first.agent_id, to: agents[j - 1]!.agent_id })
     i = j
   }
   // Each read is in flight while the one before it is decoded: the engine works off the main thread.
   let events = 0
+  const run: Run = { userId: '', agentId: '', sink: null }
   let next = batches.length > 0 ? scanRead(client, sinceMs, batches[0]!) : null
   for (let b = 0; b < batches.length; b++) {
     const body = await next!
     next = b + 1 < batches.length ? scanRead(client, sinceMs, batches[b + 1]!) : null
-    events += decodeRuns(body, batches[b]!.userId, onAgent)
+    events += decodeRuns(body, batches[b]!.userId, onAgent, run)
   }
   return { events, reads: batches.length }
 }
 
-async function scanRead(client: ClickHouseClient, sinceMs: number, batch: { userId: string; from: string; to: string }): Promise<Buffer> {
+/** `slices` reads of one agent's window, split at its timestamps' quantiles (approximate: about equal reads). */
+async function timeSlices(client: ClickHouseClient, sinceMs: number, userId: string, agentId: string, slices: number): Promise<ScanBatch[]> {
+  const levels = Array.from({ length: slices - 1 }, (_, k) => (k + 1) / slices)
+  const [row] = await select(
+    client,
+    `SELECT arraySort(arrayDistinct(arrayMap(x -> toInt64(x), quantiles(${levels.join(', ')})(toUnixTimestamp64Micro(timestamp))))) AS cuts
+     FROM events
+     WHERE user_id = {user:String} AND agent_id = {agent:String} AND timestamp >= fromUnixTimestamp64Milli({since:Int64})`,
+    { user: userId, agent: agentId, since: sinceMs },
+    z.object({ cuts: z.array(z.coerce.number()) }),
+  )
+  const cuts = row?.cuts ?? []
+  return [null, ...cuts].map((fromUs, k) => ({ userId, from: agentId, to: agentId, slice: { fromUs, untilUs: cuts[k] ?? null } }))
+}
+
+async function scanRead(client: ClickHouseClient, sinceMs: number, batch: ScanBatch): Promise<Buffer> {
+  const slice = batch.slice
+  const inSlice =
+    (slice?.fromUs != null ? ' AND timestamp >= fromUnixTimestamp64Micro({slice_from:Int64})' : '') +
+    (slice?.untilUs != null ? ' AND timestamp < fromUnixTimestamp64Micro({slice_until:Int64})' : '')
   try {
     const { stream } = await client.exec({
       query: `SELECT agent_id,
@@ -275,10 +310,10 @@ async function scanRead(client: ClickHouseClient, sinceMs: number, batch: { user
                      cost_nano, toUInt32(intDiv(toUnixTimestamp64Milli(timestamp), 60000)), toUInt8(event_type = 'llm_call')
               FROM events
               WHERE user_id = {user:String} AND agent_id >= {from:String} AND agent_id <= {to:String}
-                AND timestamp >= fromUnixTimestamp64Milli({since:Int64})
+                AND timestamp >= fromUnixTimestamp64Milli({since:Int64})${inSlice}
               ORDER BY agent_id, timestamp
               FORMAT RowBinary`,
-      query_params: { user: batch.userId, from: batch.from, to: batch.to, since: sinceMs },
+      query_params: { user: batch.userId, from: batch.from, to: batch.to, since: sinceMs, slice_from: slice?.fromUs, slice_until: slice?.untilUs },
     })
     const chunks: Buffer[] = []
     for await (const chunk of stream) chunks.push(chunk as Buffer)
@@ -288,13 +323,20 @@ async function scanRead(client: ClickHouseClient, sinceMs: number, batch: { user
   }
 }
 
+/** The agent whose events the last read ended with: a slice of the same agent goes on with its sink. */
+interface Run {
+  userId: string
+  agentId: string
+  sink: EventSink | null
+}
+
 /** Reads RowBinary rows (agent_id String, fingerprint FixedString(16), cost Int64, minute UInt32, llm UInt8). */
-function decodeRuns(body: Buffer, userId: string, onAgent: (ref: AgentRef) => EventSink): number {
+function decodeRuns(body: Buffer, userId: string, onAgent: (ref: AgentRef) => EventSink, run: Run): number {
   let at = 0
   let rows = 0
   let agentStart = 0
   let agentLength = -1
-  let sink: EventSink | null = null
+  let sink = run.sink
   while (at < body.length) {
     // agent_id: a LEB128 length, then its bytes; a new agent when they differ from the last row's.
     let len = 0
@@ -304,7 +346,13 @@ function decodeRuns(body: Buffer, userId: string, onAgent: (ref: AgentRef) => Ev
       if (b < 0x80) break
     }
     if (len !== agentLength || !sameBytes(body, agentStart, at, len)) {
-      sink = onAgent({ userId, agentId: body.toString('utf8', at, at + len) })
+      const agentId = body.toString('utf8', at, at + len)
+      if (run.sink === null || run.userId !== userId || run.agentId !== agentId) {
+        run.userId = userId
+        run.agentId = agentId
+        run.sink = onAgent({ userId, agentId })
+      }
+      sink = run.sink
       agentStart = at
       agentLength = len
     }

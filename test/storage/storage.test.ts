@@ -87,8 +87,9 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
       row({ event_id: id(6), at: at - 1, user_id: 'scan', agent_id: 'a', cost_nano: 1 }), // before the window
     ]
     await insertEvents(client, rows)
-    // One read per agent (scanRows 1) and all agents in one read give the same runs.
-    for (const scanRows of [1, 1_000_000]) {
+    // Reads of one row (agent b, of three, read in time slices, its run going on from one to
+    // the next), of two, and all agents in one read give the same runs.
+    for (const scanRows of [1, 2, 1_000_000]) {
       const runs: Array<{ user: string; agent: string; events: Array<[string, number, number, number]> }> = []
       const scanned = await scanWindow(
         client,
@@ -116,7 +117,9 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
         { user: 'scan', agent: 'c', events: [[fp('scan', 'c', 4), 2 ** 40, m(at), 1]] },
         { user: 'scan2', agent: 'a', events: [[fp('scan2', 'a', 5), 7, m(at), 1]] },
       ])
-      expect(scanned).toEqual({ events: 6, reads: scanRows === 1 ? 4 : 2 })
+      // Agents a, c and scan2's a are read whole; b, of three events, in ceil(3 / scanRows)
+      // slices cut at its timestamps' quantiles.
+      expect(scanned).toEqual({ events: 6, reads: { 1: 6, 2: 5, 1_000_000: 2 }[scanRows] })
     }
   })
 
