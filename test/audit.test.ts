@@ -73,6 +73,44 @@ describe('GET /audit (issue 12)', () => {
     expect(records[5]!.details).toEqual({ key_id: me, name: '' })
   })
 
+  it('records every kind of transition: auto-resume, an override ended by the total or by a new threshold, and a key revoked', async () => {
+    const user = unique('u')
+    const key = await h.key(user)
+    const me = keyIdOf(key)
+    // Auto-resume: paused by its budget, running again once a day has passed.
+    await h.post('/config', { agent_id: 'auto', cost_threshold_usd: 0.01, auto_resume: true, alert_at: [] }, key)
+    await h.post('/events', llmCall('auto'), key)
+    await h.post('/events', llmCall('auto'), key)
+    // Overrides: resumed over budget by hand, ended once by the total, once by a new threshold.
+    for (const agent of ['ends', 'changed']) {
+      await h.post('/config', { agent_id: agent, cost_threshold_usd: 0.01, alert_at: [] }, key)
+      await h.post('/events', llmCall(agent, { output_tokens: 5000 }), key)
+      await h.post('/config/pause', { agent_id: agent, is_paused: false }, key)
+    }
+    clock.advance(1000)
+    await h.post('/config', { agent_id: 'changed', cost_threshold_usd: 0.02 }, key)
+    clock.advance(24 * 3_600_000)
+    await h.post('/events', { agent_id: 'auto', event_type: 'agent_end' }, key)
+    await h.post('/events', { agent_id: 'ends', event_type: 'agent_end' }, key)
+    const created = await h.services.keys.create(user)
+    await h.services.keys.revoke(created.record.keyId)
+
+    const kinds = (await audit(key)).records.map((r) => [r.agent_id, r.action, r.reason, r.actor])
+    expect(kinds).toEqual(
+      expect.arrayContaining([
+        ['auto', 'pause', 'budget', 'system'],
+        ['auto', 'resume', 'auto_resume', 'system'],
+        ['ends', 'resume', 'manual', me],
+        ['ends', 'override_cleared', 'override_cleared', 'system'],
+        ['changed', 'override_cleared', 'threshold_changed', me],
+        [null, 'key_created', 'cli', 'system'],
+        [null, 'key_revoked', 'cli', 'system'],
+      ]),
+    )
+    const revoked = (await audit(key)).records.find((r) => r.action === 'key_revoked')!
+    expect(revoked.details).toEqual({ key_id: created.record.keyId, name: '' })
+  })
+
   it('pages newest first without a gap or a repeat, filters by agent, and shows one user nothing of another', async () => {
     const key = await h.key(unique('u'))
     // Records of one millisecond: only their ids order them.
