@@ -227,6 +227,16 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect(rows[0]!.row).toMatchObject({ user_id: 'u', agent_id: 'a', auto_resume: true, slack_webhook_url: null })
   })
 
+  it('projects from the last 60 of many minute buckets', async () => {
+    const { hs } = await make()
+    await hs.setPolicy(ref, policy(100, { alertAt: [] }), T0, 'key-1')
+    // 1 USD in each of 70 minutes: the last hour holds 60 of them.
+    for (let k = 0; k < 70; k++) await hs.record(ev(USD, T0 + k * MINUTE_MS), T0 + k * MINUTE_MS)
+    const now = T0 + 69 * MINUTE_MS
+    // 30 USD to go at 60 USD an hour: half an hour, long before anything leaves the window.
+    expect((await hs.get(ref, now)).exhaustionAt).toBe(now + 30 * MINUTE_MS)
+  })
+
   it('fires each alert level once per crossing, re-arms it only below, and journals it with the event (issue 12)', async () => {
     const { hs, journaled } = await make()
     await hs.setPolicy(ref, policy(10, { alertAt: [0.5, 0.8, 0.9] }), T0, 'key-1')
