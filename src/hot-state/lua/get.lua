@@ -5,7 +5,7 @@
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(false)
 if closed then return closed end
-local st = read_state()
+local st = read_state(A, W, M)
 local now_minute = minute_of(NOW)
 expire(st, now_minute)
 local relaxed = evaluate(st, false)
@@ -19,5 +19,5 @@ return {
     st.threshold_s, st.auto_resume and 1 or 0, st.webhook or false, st.configured and 1 or 0,
     redis.call('LLEN', M) > 0 and 1 or 0, st.alert_at },
   out,
-  spend(now_minute),
+  spend(st, now_minute),
 }

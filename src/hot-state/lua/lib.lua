@@ -18,6 +18,8 @@
 -- ClickHouse DateTime text  ARGV[7] the agent id
 -- Money is integer nano-USD: exact in Lua doubles up to 2^53, written back with '%.0f'
 -- (never %d, which goes through a C int).
+-- The window and state functions work on a state read by read_state(a, w, m), which keeps
+-- its three keys: an agent's here (A, W, M); a fleet's state has the same shape (issue 12).
 local WINDOW = 1440 -- minutes (src/window.ts)
 local MINUTE_MS = 60000
 local NEEDS_LOAD = 'NEEDS_LOAD'
@@ -45,22 +47,24 @@ local function hour_of(minute)
   return math.floor(tonumber(minute) / 60)
 end
 
--- The hourly sums of an agent's buckets, for a state kept before they existed (once).
-local function sum_hours()
-  local minutes = redis.call('LRANGE', M, 0, -1)
-  for _, m in ipairs(minutes) do
-    redis.call('HINCRBY', W, 'h' .. hour_of(m), redis.call('HGET', W, 'c' .. m) or '0')
+-- The hourly sums of a window's buckets, for a state kept before they existed (once).
+local function sum_hours(a, w, m)
+  local minutes = redis.call('LRANGE', m, 0, -1)
+  for _, minute in ipairs(minutes) do
+    redis.call('HINCRBY', w, 'h' .. hour_of(minute), redis.call('HGET', w, 'c' .. minute) or '0')
   end
-  redis.call('HSET', A, 'hours', '1')
+  redis.call('HSET', a, 'hours', '1')
 end
 
-local function read_state()
-  local v = redis.call('HMGET', A, 'total', 'calls', 'paused', 'reason', 'override',
+-- A state and its window (an agent's: A, W, M), its keys kept with it for the functions below.
+local function read_state(a, w, m)
+  local v = redis.call('HMGET', a, 'total', 'calls', 'paused', 'reason', 'override',
     'threshold', 'auto_resume', 'webhook', 'configured', 'hours', 'alert_at', 'alerted')
-  if not v[10] then sum_hours() end
+  if not v[10] then sum_hours(a, w, m) end
   local levels = {}
   for level in string.gmatch(v[11] or '0.8', '[^,]+') do levels[#levels + 1] = level end
   return {
+    a = a, w = w, m = m,
     alert_at = v[11] or '0.8', levels = levels, alerted = tonumber(v[12] or '0'),
     total = tonumber(v[1] or '0'), calls = tonumber(v[2] or '0'),
     paused = v[3] == '1', reason = v[4] or '', override = v[5] == '1',
@@ -75,7 +79,7 @@ local function b01(x)
 end
 
 local function save_state(st)
-  redis.call('HSET', A, 'total', fmt(st.total), 'calls', fmt(st.calls), 'paused', b01(st.paused),
+  redis.call('HSET', st.a, 'total', fmt(st.total), 'calls', fmt(st.calls), 'paused', b01(st.paused),
     'reason', st.reason, 'override', b01(st.override), 'alerted', st.alerted)
 end
 
@@ -110,20 +114,20 @@ end
 -- RollingWindow.expire(): drop buckets that left the window from the head, each once.
 local function expire(st, now_minute)
   while true do
-    local head = redis.call('LINDEX', M, 0)
+    local head = redis.call('LINDEX', st.m, 0)
     if not head or in_window(tonumber(head), now_minute) then return end
-    local b = redis.call('HMGET', W, 'c' .. head, 'n' .. head)
+    local b = redis.call('HMGET', st.w, 'c' .. head, 'n' .. head)
     st.total = st.total - tonumber(b[1] or '0')
     st.calls = st.calls - tonumber(b[2] or '0')
-    redis.call('HDEL', W, 'c' .. head, 'n' .. head)
-    redis.call('LPOP', M)
+    redis.call('HDEL', st.w, 'c' .. head, 'n' .. head)
+    redis.call('LPOP', st.m)
     -- The oldest hour goes with its last bucket.
     local h = hour_of(head)
-    local next_head = redis.call('LINDEX', M, 0)
+    local next_head = redis.call('LINDEX', st.m, 0)
     if next_head and hour_of(next_head) == h then
-      redis.call('HINCRBY', W, 'h' .. h, -tonumber(b[1] or '0'))
+      redis.call('HINCRBY', st.w, 'h' .. h, -tonumber(b[1] or '0'))
     else
-      redis.call('HDEL', W, 'h' .. h)
+      redis.call('HDEL', st.w, 'h' .. h)
     end
     st.dirty = true
   end
@@ -132,16 +136,16 @@ end
 -- RollingWindow.add(): a minute older than the newest bucket (a rebuild, a clock step back)
 -- folds into the newest one, which expires later, never earlier. cost, calls: integer strings.
 local function add(st, minute, cost, calls)
-  local tail = redis.call('LINDEX', M, -1)
+  local tail = redis.call('LINDEX', st.m, -1)
   local bucket = minute
   if tail and tonumber(tail) >= tonumber(minute) then
     bucket = tail
   else
-    redis.call('RPUSH', M, minute)
+    redis.call('RPUSH', st.m, minute)
   end
-  redis.call('HINCRBY', W, 'c' .. bucket, cost)
-  redis.call('HINCRBY', W, 'n' .. bucket, calls)
-  redis.call('HINCRBY', W, 'h' .. hour_of(bucket), cost)
+  redis.call('HINCRBY', st.w, 'c' .. bucket, cost)
+  redis.call('HINCRBY', st.w, 'n' .. bucket, calls)
+  redis.call('HINCRBY', st.w, 'h' .. hour_of(bucket), cost)
   st.total = st.total + tonumber(cost)
   st.calls = st.calls + tonumber(calls)
   st.dirty = true
@@ -150,22 +154,22 @@ end
 -- What the projection reads (projection.ts Spend, RollingWindow.lastHourNano and hours):
 -- {cost of the buckets newer than now_minute - 60, {hour, cost, hour, cost, …} oldest first}.
 -- At most 60 buckets and 25 hours: the newest buckets are the list's tail.
-local function spend(now_minute)
+local function spend(st, now_minute)
   local last, fields = 0, {}
-  local tail = redis.call('LRANGE', M, -60, -1)
+  local tail = redis.call('LRANGE', st.m, -60, -1)
   for i = #tail, 1, -1 do
     if tonumber(tail[i]) <= now_minute - 60 then break end
     fields[#fields + 1] = 'c' .. tail[i]
   end
   if #fields > 0 then
-    for _, c in ipairs(redis.call('HMGET', W, unpack(fields))) do last = last + tonumber(c or '0') end
+    for _, c in ipairs(redis.call('HMGET', st.w, unpack(fields))) do last = last + tonumber(c or '0') end
   end
   local hours = {}
-  local first, newest = redis.call('LINDEX', M, 0), redis.call('LINDEX', M, -1)
+  local first, newest = redis.call('LINDEX', st.m, 0), redis.call('LINDEX', st.m, -1)
   if first then
     local names = {}
     for h = hour_of(first), hour_of(newest) do names[#names + 1] = 'h' .. h end
-    local costs = redis.call('HMGET', W, unpack(names))
+    local costs = redis.call('HMGET', st.w, unpack(names))
     for i = 1, #names do
       if costs[i] then
         hours[#hours + 1] = string.sub(names[i], 2)
@@ -221,9 +225,9 @@ local function journal(table_name, json)
 end
 
 -- The agent's next version: grows per agent whatever the callers' clocks do.
-local function next_version()
-  local version = math.max(NOW * 1000, tonumber(redis.call('HGET', A, 'version') or '0') + 1)
-  redis.call('HSET', A, 'version', fmt(version))
+local function next_version(st)
+  local version = math.max(NOW * 1000, tonumber(redis.call('HGET', st.a, 'version') or '0') + 1)
+  redis.call('HSET', st.a, 'version', fmt(version))
   return version
 end
 
@@ -233,7 +237,7 @@ end
 -- agent whatever the callers' clocks do: newest wins at a rebuild. `actor`: the key id of
 -- the request, or 'system' (the audit log's, sql/0012).
 local function transition(st, reason, actor)
-  local version = next_version()
+  local version = next_version(st)
   local paused, override = st.paused and 'true' or 'false', st.override and 'true' or 'false'
   journal('pause_transitions', '{' .. ARGV[5] .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
     ',"is_paused":' .. paused .. ',"reason":"' .. reason .. '","override":' .. override ..
@@ -243,7 +247,7 @@ end
 
 -- Journals an alert level crossed (its budget_alerts row) and returns {level, version}.
 local function alert(st, level)
-  local version = next_version()
+  local version = next_version(st)
   journal('budget_alerts', '{' .. ARGV[5] .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
     ',"level":' .. level .. ',"total_nano":' .. fmt(st.total) .. ',"threshold_nano":' .. st.threshold_s .. '}')
   return { level, fmt(version) }
@@ -345,8 +349,8 @@ end
 
 -- Every write refreshes the agent's TTL, so an idle agent expires on its own and is loaded
 -- again from ClickHouse on demand.
-local function touch()
-  redis.call('PEXPIRE', A, TTL)
-  redis.call('PEXPIRE', W, TTL)
-  redis.call('PEXPIRE', M, TTL)
+local function touch(st)
+  redis.call('PEXPIRE', st.a, TTL)
+  redis.call('PEXPIRE', st.w, TTL)
+  redis.call('PEXPIRE', st.m, TTL)
 end

@@ -14,7 +14,7 @@ local now_minute = minute_of(NOW)
 -- Leftover buckets of a partly expired agent must not add to the loaded ones.
 redis.call('DEL', A, W, M)
 local data = cjson.decode(ARGV[3])
-local st = { total = 0, calls = 0 }
+local st = { total = 0, calls = 0, a = A, w = W, m = M }
 for _, b in ipairs(data.minutes) do
   if in_window(tonumber(b[1]), now_minute) then add(st, b[1], b[2], b[3]) end
 end
@@ -37,5 +37,5 @@ if p.shown then redis.call('HSET', A, 'shown', p.shown) end
 local levels = {}
 for level in string.gmatch(p.alert_at, '[^,]+') do levels[#levels + 1] = level end
 redis.call('HSET', A, 'alert_at', p.alert_at, 'alerted', alerts_reached(st.total, tonumber(p.threshold), levels))
-touch()
+touch(st)
 return 1

@@ -11,14 +11,14 @@ if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(true)
 if closed then return closed end
 local now_minute = minute_of(NOW)
-local st = read_state()
+local st = read_state(A, W, M)
 expire(st, now_minute)
 -- Seen: a retry, or an event that a load from ClickHouse already counted. Nothing changes.
 local ids = id_tables(KEYS[7], now_minute)
 local seen = seen_cost(KEYS[7], ids, ARGV[12], now_minute)
 if seen then
   if st.dirty then save_state(st) end
-  return { 0, fmt(st.total), st.paused and 1 or 0, seen, st.threshold_s, spend(now_minute), {}, false }
+  return { 0, fmt(st.total), st.paused and 1 or 0, seen, st.threshold_s, spend(st, now_minute), {}, false }
 end
 remember(KEYS[7], ids, ARGV[12], ARGV[8], ARGV[10])
 journal('events', ARGV[11])
@@ -36,8 +36,8 @@ for _, level in ipairs(evaluate_alerts(st, true)) do
   for _, x in ipairs(alert(st, level)) do table.insert(out[7], x) end
 end
 save_state(st)
-touch()
+touch(st)
 redis.call('ZADD', KEYS[6], 'GT', ARGV[10], ARGV[7])
 redis.call('PEXPIRE', KEYS[6], TTL)
-out[2], out[3], out[6] = fmt(st.total), st.paused and 1 or 0, spend(now_minute)
+out[2], out[3], out[6] = fmt(st.total), st.paused and 1 or 0, spend(st, now_minute)
 return out

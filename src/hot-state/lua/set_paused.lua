@@ -4,11 +4,11 @@
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(true)
 if closed then return closed end
-local st = read_state()
+local st = read_state(A, W, M)
 expire(st, minute_of(NOW))
 local changed = manual(st, ARGV[8] == '1')
 local out = false
 if changed then out = transition(st, 'manual', ARGV[9]) end
 if changed or st.dirty then save_state(st) end
-touch()
+touch(st)
 return { out }

@@ -8,7 +8,7 @@
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(true)
 if closed then return closed end
-local st = read_state()
+local st = read_state(A, W, M)
 local replaced = ''
 if st.configured then replaced = redis.call('HGET', A, 'shown') or '' end
 local changed = st.threshold ~= tonumber(ARGV[8])
@@ -38,5 +38,5 @@ if changed and st.override then
   save_state(st)
   out = transition(st, 'threshold_changed', ARGV[12])
 end
-touch()
+touch(st)
 return { out }
