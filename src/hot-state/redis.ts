@@ -106,8 +106,13 @@ export class RedisHotState implements HotState {
     }
   }
 
-  async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
-    const [s, t, spend] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...head))) as GetReply
+  get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
+    return this.#read(ref, now, true)
+  }
+
+  /** get(), and the projection's reads only `withSpend` (a listing of 10,000 agents has no use for them). */
+  async #read(ref: AgentRef, now: number, withSpend: boolean): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
+    const [s, t, spend] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...head, withSpend ? 1 : 0))) as GetReply
     const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt] = s
     return {
       snapshot: {
@@ -119,7 +124,7 @@ export class RedisHotState implements HotState {
         configured: configured === 1,
       },
       transition: t ? transitionOf(ref, now, t) : null,
-      exhaustionAt: exhaustionAt(spendOf(total, spend), Number(threshold), now),
+      exhaustionAt: spend ? exhaustionAt(spendOf(total, spend), Number(threshold), now) : null,
     }
   }
 
@@ -128,7 +133,6 @@ export class RedisHotState implements HotState {
    * it may list an agent whose last event has just left the window, which the caller's
    * snapshot (active) settles.
    */
-  /** The agents of the user's index (those with events in the window, and perhaps some that just left it). */
   async activeAgents(userId: string, now: number): Promise<string[]> {
     const key = this.#userKey(userId)
     const first = await unavailableOnError(() => this.#scripts.burnrateAgents(key, now))
@@ -146,7 +150,7 @@ export class RedisHotState implements HotState {
     const agentIds = await this.activeAgents(userId, now)
     // Issued together: one round trip for the listing. The index may still name an agent
     // whose last event just left the window; its own state says so.
-    const results = await Promise.all(agentIds.map((agentId) => this.get({ userId, agentId }, now)))
+    const results = await Promise.all(agentIds.map((agentId) => this.#read({ userId, agentId }, now, false)))
     return agentIds.flatMap((agentId, i) => (results[i]!.snapshot.active ? [{ agentId, snapshot: results[i]!.snapshot }] : []))
   }
 
@@ -353,7 +357,7 @@ type TransitionReply = [TransitionReason, number, number, string, string, string
 type SpendReply = [string, string[]]
 /** record.lua: counted, total, paused, cost, threshold, spend, [level, version, …] of the alerts fired, webhook. */
 type RecordReply = [number, string, number, string, string, SpendReply, string[], string | null, ...TransitionReply[]]
-type GetReply = [[string, string, number, string, number, string, number, string | null, number, number, string], TransitionReply | null, SpendReply]
+type GetReply = [[string, string, number, string, number, string, number, string | null, number, number, string], TransitionReply | null, SpendReply | false]
 
 function spendOf(total: string, [lastHour, hours]: SpendReply): Spend {
   return { totalNano: Number(total), lastHourNano: Number(lastHour), hours: hours.map(Number) }

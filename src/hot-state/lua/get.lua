@@ -1,7 +1,8 @@
 -- get: the agent's window and state after expiry; only the relaxing rules apply (reads never
 -- pause), and what they change is journaled. KEYS[1..6], ARGV[1..7] (lib.lua)
+-- ARGV[8] 1: with what the projection reads (a listing leaves them out: 0)
 -- Returns NEEDS_LOAD, FENCED, or {{total, calls, paused, reason, override, threshold,
--- auto_resume, webhook, configured, active, alert_at}, transition or false, spend (lib.lua)}.
+-- auto_resume, webhook, configured, active, alert_at}, transition or false, spend (lib.lua) or false}.
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(false)
 if closed then return closed end
@@ -19,5 +20,5 @@ return {
     st.threshold_s, st.auto_resume and 1 or 0, st.webhook or false, st.configured and 1 or 0,
     redis.call('LLEN', M) > 0 and 1 or 0, st.alert_at },
   out,
-  spend(st, now_minute),
+  ARGV[8] == '1' and spend(st, now_minute) or false,
 }
