@@ -191,7 +191,6 @@ function formatEvent(e: StoredEvent) {
   return { ...rest, cost_usd: nanoToUsd(cost_nano) }
 }
 
-
 /** A record's details as the API shows them: money in USD (pause and alert records keep nano-USD). */
 function auditDetails(json: string): Record<string, unknown> {
   const { total_nano, threshold_nano, ...rest } = JSON.parse(json) as Record<string, unknown>

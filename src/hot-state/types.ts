@@ -123,14 +123,14 @@ export interface ListedAgent {
   snapshot: AgentSnapshot
 }
 
+/** Receives one agent's events, oldest first: the event id's fingerprint (dedup.ts), cost, minute, llm_calls. */
+export type EventSink = (fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => void
+
 /**
  * A rebuild of the in-process hot state, fed piece by piece (MemoryHotState.beginRestore):
  * first each agent's stored events in one run, then events from anywhere (the journal's
  * unshipped tail), the newest config and pause state of each agent, then finish().
  */
-/** Receives one agent's events, oldest first: the event id's fingerprint (dedup.ts), cost, minute, llm_calls. */
-export type EventSink = (fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => void
-
 export interface Restore {
   /**
    * A run of ALL of one agent's stored events, oldest first (a repeated id counts at its

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto'
+import { hash } from 'node:crypto'
 import type { BudgetAlert, Transition } from '../hot-state/types.ts'
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
@@ -40,7 +40,7 @@ export class WebhookPauseNotifier implements PauseNotifier {
     if (t.webhookUrl === null) return
     this.#webhooks.notify(t.webhookUrl, {
       // The pause it announces, named by its version: the same on every attempt and instance.
-      id: createHash('sha256').update(`${t.userId}\0${t.agentId}\0${t.version}`).digest('hex').slice(0, 32),
+      id: noticeId(t.userId, t.agentId, t.version),
       userId: t.userId,
       agentId: t.agentId,
       totalUsd: nanoToUsd(t.totalNano),
@@ -53,7 +53,7 @@ export class WebhookPauseNotifier implements PauseNotifier {
     if (a.webhookUrl === null) return
     this.#webhooks.notify(a.webhookUrl, {
       // The crossing it announces, named by the agent's version when it fired.
-      id: createHash('sha256').update(`alert\0${a.userId}\0${a.agentId}\0${a.version}`).digest('hex').slice(0, 32),
+      id: noticeId('alert', a.userId, a.agentId, a.version),
       userId: a.userId,
       agentId: a.agentId,
       level: a.level,
@@ -67,4 +67,9 @@ export class WebhookPauseNotifier implements PauseNotifier {
   drain(): Promise<void> {
     return this.#webhooks.drain()
   }
+}
+
+/** A notification's id (its Idempotency-Key): the same on every attempt and every instance. */
+function noticeId(...parts: Array<string | number>): string {
+  return hash('sha256', parts.join('\0'), 'hex').slice(0, 32)
 }
