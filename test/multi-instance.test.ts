@@ -105,6 +105,34 @@ describe('two instances, one Redis', () => {
     expect(await storedRows(agent, user)).toBe(40)
   })
 
+  it('count 40 concurrent events of 20 agents into their fleet exactly, pause it once, alert once, with one webhook each (issue 12)', async () => {
+    const user = unique('u')
+    const key = await a.key(user)
+    await a.post('/config/fleet', { cost_threshold_usd: 0.1, chat_webhook_url: receiver.url, alert_at: [0.5] }, key)
+    const replies = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).post('/events', llmCall(`agent-${i % 20}`), key)))
+    expect(replies.map((r) => r.statusCode)).toEqual(Array(40).fill(200))
+    const answers = replies.map((r) => r.json())
+    // 13 * 0.0075 = 0.0975 <= 0.1: the 14th event, whichever it is, pauses the fleet and every agent of it.
+    expect(answers.filter((r) => r.paused)).toHaveLength(40 - 13)
+    expect(new Set(answers.filter((r) => r.paused).map((r) => r.paused_reason))).toEqual(new Set(['fleet_budget']))
+    expect(answers.filter((r) => r.alerts.length > 0).map((r) => r.alerts)).toEqual([[0.5]])
+    expect((await b.get('/fleet', key)).json()).toMatchObject({ is_paused: true, paused_reason: 'fleet_budget', llm_calls: 40 })
+    expect((await a.get('/fleet', key)).json().total_cost_usd).toBeCloseTo(40 * LLM_CALL_USD, 12)
+
+    await Promise.all([a.services.webhooks.drain(), b.services.webhooks.drain()])
+    const mine = receiver.messages.filter((m) => m.text.includes(user)).map((m) => m.text)
+    expect(mine.filter((m) => m.includes('paused every agent'))).toHaveLength(1)
+    expect(mine.filter((m) => m.includes('reached 50 %'))).toHaveLength(1)
+    expect(mine).toHaveLength(2)
+    await Promise.all([a.flush(), b.flush()])
+    const rs = await a.services.clickhouse.query({
+      query: "SELECT count() AS n FROM pause_transitions WHERE user_id = {u:String} AND agent_id = '' AND reason = 'budget'",
+      query_params: { u: user },
+      format: 'JSONEachRow',
+    })
+    expect(await rs.json()).toEqual([{ n: '1' }])
+  })
+
   it('show a pause set through one instance on the other', async () => {
     const key = await a.key(unique('u'))
     await b.post('/events', llmCall('x'), key)
@@ -185,5 +213,7 @@ describe('two instances, one Redis', () => {
     const total = (await a.post('/events', { agent_id: 'f', event_type: 'agent_end' }, key)).json().total_cost_24h
     expect(total).toBeCloseTo(stored * LLM_CALL_USD, 12)
     expect((await b.get('/agents', key)).json().agents[0]).toMatchObject({ llm_calls: stored })
+    // The fleet, reloaded as the agent was (from the sums of its agents' minutes), agrees.
+    expect((await a.get('/fleet', key)).json()).toMatchObject({ llm_calls: stored })
   })
 })

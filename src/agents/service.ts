@@ -1,11 +1,11 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
-import { alertsReached } from '../hot-state/policy.ts'
-import { DEFAULT_POLICY, type AgentPolicy, type HotState } from '../hot-state/types.ts'
+import { alertsReached, pausedBy } from '../hot-state/policy.ts'
+import { DEFAULT_POLICY, RUNNING, fleetOf, isFleet, type AgentPolicy, type AgentRef, type HotState } from '../hot-state/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl } from '../notify/webhook.ts'
-import type { ConfigBody } from '../schemas/config.ts'
+import type { ConfigBody, PolicyBody } from '../schemas/config.ts'
 import { auditRecords, type AuditCursor } from '../storage/audit.ts'
 import { formatConfig } from '../storage/configs.ts'
 import { agentEvents, agentHasEvents, costByModel, hourlyCost, recentEvents, type StoredEvent } from '../storage/events.ts'
@@ -31,18 +31,25 @@ export class AgentService {
 
   /** POST /config: an upsert keyed on (user, agent). Omitted fields keep their value. `actor`: the request's key id (audit log). */
   async upsertConfig(userId: string, body: ConfigBody, actor: string): Promise<void> {
+    await this.#setPolicy({ userId, agentId: body.agent_id }, body, actor)
+  }
+
+  /** POST /config/fleet (issue 12): the budget of all of the user's agents together, as POST /config sets an agent's. */
+  async upsertFleetConfig(userId: string, body: PolicyBody, actor: string): Promise<void> {
+    await this.#setPolicy(fleetOf(userId), body, actor)
+  }
+
+  async #setPolicy(ref: AgentRef, body: PolicyBody, actor: string): Promise<void> {
     const { hotState, clock } = this.#d
-    const ref = { userId, agentId: body.agent_id }
     const state = await hotState.get(ref, clock.now())
     const current = state.snapshot.configured ? state.snapshot.policy : null
     const webhookUrl = body.slack_webhook_url !== undefined ? body.slack_webhook_url : (current?.webhookUrl ?? null)
     if (webhookUrl !== null && body.slack_webhook_url !== undefined) {
       const problem = checkWebhookUrl(webhookUrl, this.#d.allowPrivateWebhooks)
-      if (problem) {
-        const field = 'slack_webhook_url'
-        throw new Problem('invalid_body', `${field}: ${problem}`, { errors: [{ field, message: problem }] })
-      }
+      if (problem) throw invalidField('slack_webhook_url', problem)
     }
+    // An agent without a config has the default budget; a fleet has none, so its first config names one.
+    if (body.cost_threshold_usd === undefined && current === null && isFleet(ref)) throw invalidField('cost_threshold_usd', 'is required in a fleet\'s first config')
     const policy: AgentPolicy = {
       thresholdNano: body.cost_threshold_usd !== undefined ? usdToNano(body.cost_threshold_usd) : (current?.thresholdNano ?? DEFAULT_POLICY.thresholdNano),
       autoResume: body.auto_resume ?? current?.autoResume ?? false,
@@ -58,6 +65,31 @@ export class AgentService {
     return paused
   }
 
+  /** POST /config/fleet/pause (issue 12): every agent of the user paused or resumed by hand, as one. */
+  async setFleetPaused(userId: string, paused: boolean, actor: string): Promise<boolean> {
+    await this.#d.hotState.setPaused(fleetOf(userId), paused, this.#d.clock.now(), actor)
+    return paused
+  }
+
+  /** GET /fleet (issue 12): the user's 24 h total over all of their agents, against the fleet's budget. */
+  async fleet(userId: string) {
+    const { snapshot: s, exhaustionAt } = await this.#d.hotState.get(fleetOf(userId), this.#d.clock.now())
+    const { paused, pausedReason } = pausedBy(RUNNING, s.pause)
+    return {
+      total_cost_usd: nanoToUsd(s.totalNano),
+      llm_calls: s.llmCalls,
+      // Without a config the fleet has no budget: nothing is left of none, and it never runs out.
+      cost_threshold_usd: s.configured ? nanoToUsd(s.policy.thresholdNano) : null,
+      remaining_usd: s.configured ? nanoToUsd(s.policy.thresholdNano - s.totalNano) : null,
+      projected_exhaustion_at: isoOrNull(exhaustionAt),
+      is_paused: paused,
+      paused_reason: pausedReason,
+      override: s.pause.override,
+      alerts_reached: levelsReached(s.totalNano, s.policy),
+      config: s.configured ? formatConfig(s.policy) : null,
+    }
+  }
+
   /**
    * GET /agents: agents with events in the window, highest cost first. Totals, calls and
    * pause flags are the hot state's, exactly what POST /events answers (issue 8).
@@ -65,22 +97,25 @@ export class AgentService {
   async list(userId: string) {
     const { hotState, clock } = this.#d
     const now = clock.now()
-    const listed = await hotState.listAgents(userId, now)
+    const [listed, { snapshot: fleet }] = await Promise.all([hotState.listAgents(userId, now), hotState.get(fleetOf(userId), now)])
     // Highest cost first, then by id in code-unit order (a locale-aware comparison cost
     // 40 ms over 10,000 agents of equal totals: issue 11).
     listed.sort((a, b) => b.snapshot.totalNano - a.snapshot.totalNano || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0))
     // One shape for every row (an absent threshold is undefined, which the reply leaves out):
     // a spread of an optional field made rows of two shapes and took a quarter of the listing.
-    return listed.map(({ agentId, snapshot: s }) => ({
-      agent_id: agentId,
-      total_cost_usd: nanoToUsd(s.totalNano),
-      llm_calls: s.llmCalls,
-      cost_threshold_usd: s.configured ? nanoToUsd(s.policy.thresholdNano) : undefined,
-      is_paused: s.pause.paused,
-      paused_reason: s.pause.reason,
-      remaining_usd: nanoToUsd(s.policy.thresholdNano - s.totalNano),
-      alerts_reached: levelsReached(s.totalNano, s.policy),
-    }))
+    return listed.map(({ agentId, snapshot: s }) => {
+      const { paused, pausedReason } = pausedBy(s.pause, fleet.pause)
+      return {
+        agent_id: agentId,
+        total_cost_usd: nanoToUsd(s.totalNano),
+        llm_calls: s.llmCalls,
+        cost_threshold_usd: s.configured ? nanoToUsd(s.policy.thresholdNano) : undefined,
+        is_paused: paused,
+        paused_reason: pausedReason,
+        remaining_usd: nanoToUsd(s.policy.thresholdNano - s.totalNano),
+        alerts_reached: levelsReached(s.totalNano, s.policy),
+      }
+    })
   }
 
   /**
@@ -107,6 +142,8 @@ export class AgentService {
       records: rows.map((r) => ({
         at: new Date(r.at).toISOString(),
         agent_id: r.agent_id === '' ? null : r.agent_id,
+        // What the record is of: an agent, the user's fleet (its budget: the agent '', types.ts FLEET), or the user (keys).
+        scope: r.agent_id !== '' ? 'agent' : r.action.startsWith('key_') ? 'user' : 'fleet',
         action: r.action,
         reason: r.reason,
         actor: r.actor,
@@ -121,12 +158,14 @@ export class AgentService {
     const { clickhouse, hotState, clock } = this.#d
     const now = clock.now()
     const since = windowStartMs(now)
-    const [byModel, events, state] = await Promise.all([
+    const [byModel, events, state, fleet] = await Promise.all([
       costByModel(clickhouse, userId, agentId, since),
       agentEvents(clickhouse, { userId, agentId, sinceMs: since, before: page.before, limit: page.limit }),
       hotState.get({ userId, agentId }, now),
+      hotState.get(fleetOf(userId), now),
     ])
     const { snapshot } = state
+    const { paused, pausedReason } = pausedBy(snapshot.pause, fleet.snapshot.pause)
     await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || snapshot.configured)
     const last = events.at(-1)
     return {
@@ -135,8 +174,8 @@ export class AgentService {
       // may lag an acknowledged event by the shipper's interval plus one INSERT.
       total_cost_usd: nanoToUsd(snapshot.totalNano),
       llm_calls: snapshot.llmCalls,
-      is_paused: snapshot.pause.paused,
-      paused_reason: snapshot.pause.reason,
+      is_paused: paused,
+      paused_reason: pausedReason,
       remaining_usd: nanoToUsd(snapshot.policy.thresholdNano - snapshot.totalNano),
       projected_exhaustion_at: isoOrNull(state.exhaustionAt),
       alerts_reached: levelsReached(snapshot.totalNano, snapshot.policy),
@@ -208,4 +247,9 @@ function levelsReached(totalNano: number, policy: AgentPolicy): readonly number[
   const bits = alertsReached(totalNano, policy)
   // Most agents of a listing are under every level: one shared empty list, not one each.
   return bits === 0 ? NONE : policy.alertAt.filter((_, i) => (bits & (1 << i)) !== 0)
+}
+
+/** A 400 naming the field (DECISIONS.md), for what only the service can check. */
+function invalidField(field: string, message: string): Problem {
+  return new Problem('invalid_body', `${field}: ${message}`, { errors: [{ field, message }] })
 }

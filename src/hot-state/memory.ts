@@ -5,14 +5,16 @@ import { configRow, shownConfig } from '../storage/configs.ts'
 import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
-import { alertsReached, carryAlerts, evaluate, evaluateAlerts, manual } from './policy.ts'
+import { alertsReached, carryAlerts, evaluate, evaluateAlerts, manual, pausedBy } from './policy.ts'
 import { exhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
 import { RollingWindow } from './window.ts'
 import {
-  DEFAULT_POLICY,
   RUNNING,
   SYSTEM_ACTOR,
+  defaultPolicy,
+  fleetOf,
+  isFleet,
   type AgentPolicy,
   type AgentRef,
   type AgentSnapshot,
@@ -83,40 +85,44 @@ export class MemoryHotState implements HotState {
     const nowMinute = minuteOf(now)
     this.#seen.expire(nowMinute)
     this.#forgetIdle(nowMinute, SWEEP_PER_ACCESS)
+    const fleetRef = fleetOf(e.userId)
     const agent = this.#entry(e)
+    const fleet = this.#entry(fleetRef)
     agent.window.expire(nowMinute)
+    fleet.window.expire(nowMinute)
     const fp = fingerprint(e.userId, e.agentId, e.eventId)
     const seenCost = this.#seen.get(fp, nowMinute)
     if (seenCost !== undefined) {
-      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), paused: agent.pause.paused, transitions: [], alerts: [] }
+      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions: [], alerts: [] }
     }
     const minute = minuteOf(e.at)
     this.#seen.add(fp, e.costNano, minute)
-    // What the expiry relaxed comes first (an override ends when the total fell back
-    // under the threshold, even if this event takes it over again), then this event.
     const transitions: Transition[] = []
-    const relaxed = this.#evaluate(e, agent, now, false)
+    const alerts: BudgetAlert[] = []
+    // The same step for the agent and for its fleet, whose window sums all of the user's agents.
+    this.#add(e, agent, e, minute, now, transitions, alerts)
+    this.#add(fleetRef, fleet, e, minute, now, transitions, alerts)
+    return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions, alerts }
+  }
+
+  /** Adds an event to an agent's or a fleet's window and applies the rules: what changed goes to `transitions` and `alerts`. */
+  #add(ref: AgentRef, agent: AgentEntry, e: RecordInput, minute: number, now: number, transitions: Transition[], alerts: BudgetAlert[]): void {
+    // What the expiry relaxed comes first (an override ends when the total fell back under
+    // the threshold, even if this event takes it over again), then this event.
+    const relaxed = this.#evaluate(ref, agent, now, false)
     if (relaxed) transitions.push(relaxed)
     // Levels the expiry took the total below re-arm first, so this event can fire them again.
     agent.alerted = evaluateAlerts(agent.alerted, agent.window.totalNano, agent.policy, false).alerted
     agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
-    const crossed = this.#evaluate(e, agent, now, true)
+    const crossed = this.#evaluate(ref, agent, now, true)
     if (crossed) transitions.push(crossed)
-    const budget = this.#budget(agent, now)
     const { alerted, fired } = evaluateAlerts(agent.alerted, agent.window.totalNano, agent.policy, true)
     agent.alerted = alerted
-    const alerts = fired.map((level) => ({
-      userId: e.userId,
-      agentId: e.agentId,
-      at: now,
-      version: nextVersion(now),
-      level,
-      totalNano: budget.totalNano,
-      thresholdNano: budget.thresholdNano,
-      exhaustionAt: budget.exhaustionAt,
-      webhookUrl: agent.policy.webhookUrl,
-    }))
-    return { counted: true, costNano: e.costNano, ...budget, paused: agent.pause.paused, transitions, alerts }
+    if (fired.length === 0) return
+    const budget = this.#budget(agent, now)
+    for (const level of fired) {
+      alerts.push({ ...ref, at: now, version: nextVersion(now), level, ...budget, webhookUrl: agent.policy.webhookUrl })
+    }
   }
 
   /** The total against the threshold, and when it reaches it (projection.ts). */
@@ -146,7 +152,7 @@ export class MemoryHotState implements HotState {
   async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
     const agent = this.#agents.get(agentKey(ref))
     if (!agent) {
-      return { snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: DEFAULT_POLICY, configured: false }, transition: null, exhaustionAt: null }
+      return { snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: defaultPolicy(ref), configured: false }, transition: null, exhaustionAt: null }
     }
     agent.window.expire(minuteOf(now))
     const transition = this.#evaluate(ref, agent, now, false)
@@ -200,13 +206,16 @@ export class MemoryHotState implements HotState {
     this.#byUser.clear()
     this.#seen.clear()
     const nowMinute = minuteOf(now)
-    const count = (agent: AgentEntry, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => {
+    // An event counts in its agent's window and in its fleet's.
+    const count = (agent: AgentEntry, fleet: AgentEntry, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => {
       this.#seen.add(fp, costNano, minute)
       agent.window.add(minute, costNano, llmCalls)
+      fleet.window.add(minute, costNano, llmCalls)
     }
     return {
       agent: (ref) => {
         const agent = this.#entry(ref)
+        const fleet = this.#entry(fleetOf(ref.userId))
         // The run holds all of the agent's stored events, and an id is one agent's: a repeat
         // (a retry whose first INSERT failed ambiguously) can only be in this run, found
         // here with one probe instead of one per hour of the whole set.
@@ -214,12 +223,12 @@ export class MemoryHotState implements HotState {
         return (fp, costNano, minute, llmCalls) => {
           if (!inWindow(minute, nowMinute) || run.find(fp) >= 0) return
           run.add(fp, costNano, 0)
-          count(agent, fp, costNano, minute, llmCalls)
+          count(agent, fleet, fp, costNano, minute, llmCalls)
         }
       },
       event: (ref, fp, costNano, minute, llmCalls) => {
         if (!inWindow(minute, nowMinute) || this.#seen.get(fp, nowMinute) !== undefined) return
-        count(this.#entry(ref), fp, costNano, minute, llmCalls)
+        count(this.#entry(ref), this.#entry(fleetOf(ref.userId)), fp, costNano, minute, llmCalls)
       },
       policy: (ref, policy) => {
         const agent = this.#entry(ref)
@@ -262,8 +271,10 @@ export class MemoryHotState implements HotState {
     const key = agentKey(ref)
     let agent = this.#agents.get(key)
     if (!agent) {
-      agent = { window: new RollingWindow(), pause: RUNNING, policy: DEFAULT_POLICY, configured: false, alerted: 0 }
+      agent = { window: new RollingWindow(), pause: RUNNING, policy: defaultPolicy(ref), configured: false, alerted: 0 }
       this.#agents.set(key, agent)
+      // A fleet is kept with the agents (types.ts FLEET), but is not one of them.
+      if (isFleet(ref)) return agent
       let agents = this.#byUser.get(ref.userId)
       if (!agents) this.#byUser.set(ref.userId, (agents = new Map()))
       agents.set(ref.agentId, agent)

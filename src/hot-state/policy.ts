@@ -1,5 +1,5 @@
 import type { Nano } from '../money.ts'
-import type { AgentPolicy, PauseState, TransitionReason } from './types.ts'
+import type { AgentPolicy, PausedReason, PauseState, TransitionReason } from './types.ts'
 
 /**
  * The budget rules of SPEC.md 3 and DECISIONS.md, as one pure function both hot-state
@@ -75,3 +75,15 @@ export function manual(state: PauseState, paused: boolean, totalNano: Nano, poli
     ? { paused: true, reason: 'manual', override: false }
     : { paused: false, reason: null, override: totalNano > policy.thresholdNano }
 }
+
+/**
+ * An agent is paused when its own state or its fleet's says so (issue 12); its own reason
+ * comes first, as it outlasts the fleet's (a fleet resumed leaves a paused agent paused).
+ */
+export function pausedBy(agent: PauseState, fleet: PauseState): { paused: boolean; pausedReason: PausedReason | null } {
+  if (agent.paused) return { paused: true, pausedReason: agent.reason }
+  if (fleet.paused) return { paused: true, pausedReason: fleet.reason === 'manual' ? 'fleet_manual' : 'fleet_budget' }
+  return NOT_PAUSED
+}
+
+const NOT_PAUSED = Object.freeze({ paused: false, pausedReason: null })

@@ -10,9 +10,12 @@ import { redisFailure } from '../storage/failures.ts'
 import { agentKeyId, eventFingerprint, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../window.ts'
 import { exhaustionAt, type Spend } from './projection.ts'
+import { pausedBy } from './policy.ts'
 import {
-  DEFAULT_POLICY,
+  RUNNING,
   SYSTEM_ACTOR,
+  defaultPolicy,
+  fleetOf,
   type AgentLoad,
   type AgentPolicy,
   type AgentLoader,
@@ -22,6 +25,7 @@ import {
   type HotState,
   type ListedAgent,
   type PauseReason,
+  type PauseState,
   type RecordEvent,
   type RecordResult,
   type Transition,
@@ -78,31 +82,39 @@ export class RedisHotState implements HotState {
   }
 
   async record(e: RecordEvent, now: number): Promise<RecordResult> {
+    const fleetRef = fleetOf(e.userId)
+    const fleet = this.#keys(fleetRef)
     const reply = (await this.#agentScript(e, now, (k, head) =>
       this.#scripts.burnrateRecord(
         ...k,
         k.ids,
+        fleet[0],
+        fleet[1],
+        fleet[2],
         ...head,
         String(e.costNano),
         e.llmCall ? 1 : 0,
         minuteOf(e.at),
         JSON.stringify(e.row),
         eventFingerprint(e.userId, e.agentId, e.eventId),
+        this.#names(fleetRef).members,
       ),
     )) as RecordReply
-    const [counted, total, paused, cost, threshold, spend, fired, webhook, ...transitions] = reply
+    const [counted, total, reason, cost, threshold, spend, fired, webhook, f, ...transitions] = reply
+    const [fleetReason, fleetTotal, fleetThreshold, fleetWebhook, fleetTransitions, fleetFired, fleetSpend] = f
     const budget = { totalNano: Number(total), thresholdNano: Number(threshold), exhaustionAt: exhaustionAt(spendOf(total, spend), Number(threshold), now) }
-    const alerts: BudgetAlert[] = []
-    for (let i = 0; i < fired.length; i += 2) {
-      alerts.push({ userId: e.userId, agentId: e.agentId, at: now, version: Number(fired[i + 1]), level: Number(fired[i]), ...budget, webhookUrl: webhook || null })
+    const fleetBudget = {
+      totalNano: Number(fleetTotal),
+      thresholdNano: Number(fleetThreshold),
+      exhaustionAt: fleetSpend ? exhaustionAt(spendOf(fleetTotal, fleetSpend), Number(fleetThreshold), now) : null,
     }
     return {
       counted: counted === 1,
       costNano: Number(cost),
       ...budget,
-      paused: paused === 1,
-      transitions: transitions.map((t) => transitionOf(e, now, t)),
-      alerts,
+      ...pausedBy(pauseOf(reason), pauseOf(fleetReason)),
+      transitions: [...transitions.map((t) => transitionOf(e, now, t)), ...fleetTransitions.map((t) => transitionOf(fleetRef, now, t))],
+      alerts: [...alertsOf(e, now, fired, budget, webhook), ...alertsOf(fleetRef, now, fleetFired, fleetBudget, fleetWebhook)],
     }
   }
 
@@ -196,12 +208,16 @@ export class RedisHotState implements HotState {
     for (let attempt = 0; ; attempt++) {
       const instance = this.#journal.instance
       const reply = await unavailableOnError(() => call(this.#keys(ref), this.#head(ref, now)))
-      if (reply === FENCED && attempt < 3) {
+      if (reply === FENCED && attempt < 4) {
         await this.#journal.rejoin(instance)
         continue
       }
-      if (reply === NEEDS_LOAD && attempt < 3) {
+      if (reply === NEEDS_LOAD && attempt < 4) {
         await this.#ensureLoaded(ref, now) // ClickHouse's failures are classified as ClickHouse's
+        continue
+      }
+      if (reply === NEEDS_FLEET_LOAD && attempt < 4) {
+        await this.#ensureLoaded(fleetOf(ref.userId), now)
         continue
       }
       if (reply === FULL) {
@@ -250,7 +266,7 @@ export class RedisHotState implements HotState {
 
   async #install(ref: AgentRef, load: AgentLoad, now: number): Promise<void> {
     const k = this.#keys(ref)
-    const policy = load.policy ?? DEFAULT_POLICY
+    const policy = load.policy ?? defaultPolicy(ref)
     const pause = load.pause ?? { paused: false, reason: null, override: false }
     const payload = {
       minutes: [...load.minutes].sort((x, y) => x.minute - y.minute).map((m) => [String(m.minute), String(m.costNano), String(m.llmCalls)]),
@@ -328,6 +344,7 @@ type ScriptHead = [number, number, string, number, string, string, string]
 const AGENT_TTL_MS = 25 * 60 * 60 * 1000
 
 const NEEDS_LOAD = 'NEEDS_LOAD'
+const NEEDS_FLEET_LOAD = 'NEEDS_FLEET_LOAD'
 const FENCED = 'FENCED'
 const FULL = 'FULL'
 
@@ -338,7 +355,7 @@ const LIB = lua('lib')
 const script = (name: string, keys: number) => ({ lua: `${LIB}\n${lua(name)}`, keys })
 const standalone = (name: string, keys: number) => ({ lua: lua(name), keys })
 const SCRIPTS = {
-  burnrateRecord: script('record', 7),
+  burnrateRecord: script('record', 10),
   burnrateGet: script('get', 6),
   burnrateSetPolicy: script('set_policy', 6),
   burnrateSetPaused: script('set_paused', 6),
@@ -355,12 +372,30 @@ type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>
 type TransitionReply = [TransitionReason, number, number, string, string, string | null, string]
 /** lib.lua spend(): the last 60 minutes' cost, and [hour, cost, …] oldest first. */
 type SpendReply = [string, string[]]
-/** record.lua: counted, total, paused, cost, threshold, spend, [level, version, …] of the alerts fired, webhook. */
-type RecordReply = [number, string, number, string, string, SpendReply, string[], string | null, ...TransitionReply[]]
+/** The alerts an event fired: [level, version, …]. */
+type FiredReply = string[]
+/** record.lua's fleet: pause reason, total, threshold, webhook, transitions, alerts fired, spend (with alerts). */
+type FleetReply = [PauseReason | '', string, string, string | null, TransitionReply[], FiredReply, SpendReply | false]
+/** record.lua: counted, total, pause reason, cost, threshold, spend, alerts fired, webhook, fleet, transitions. */
+type RecordReply = [number, string, PauseReason | '', string, string, SpendReply, FiredReply, string | null, FleetReply, ...TransitionReply[]]
 type GetReply = [[string, string, number, string, number, string, number, string | null, number, number, string], TransitionReply | null, SpendReply | false]
 
 function spendOf(total: string, [lastHour, hours]: SpendReply): Spend {
   return { totalNano: Number(total), lastHourNano: Number(lastHour), hours: hours.map(Number) }
+}
+
+/** A pause state as a script answers it: its reason, '' when running (the override is not read here). */
+function pauseOf(reason: PauseReason | ''): PauseState {
+  return reason === '' ? RUNNING : { paused: true, reason, override: false }
+}
+
+/** The alerts of one state (an agent's, a fleet's) an event fired, with that state's budget. */
+function alertsOf(ref: AgentRef, now: number, fired: FiredReply, budget: Pick<BudgetAlert, 'totalNano' | 'thresholdNano' | 'exhaustionAt'>, webhook: string | null): BudgetAlert[] {
+  const alerts: BudgetAlert[] = []
+  for (let i = 0; i < fired.length; i += 2) {
+    alerts.push({ ...ref, at: now, version: Number(fired[i + 1]), level: Number(fired[i]), ...budget, webhookUrl: webhook || null })
+  }
+  return alerts
 }
 
 function agentId(ref: AgentRef): string {

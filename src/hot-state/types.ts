@@ -22,7 +22,39 @@ export const DEFAULT_POLICY: AgentPolicy = Object.freeze({
   alertAt: DEFAULT_ALERT_AT,
 })
 
+/**
+ * The fleet budget of a user (issue 12) is kept as the agent of id '' of that user, which no
+ * event can name (an agent id has 1 to 128 characters): its window sums every agent's events,
+ * its config, transitions and alerts are rows of the same tables with agent_id '', its Redis
+ * keys are named as an agent's. Only its default policy (no budget, no alert levels) and the
+ * API's words for it differ.
+ */
+export const FLEET = ''
+
+export function fleetOf(userId: string): AgentRef {
+  return { userId, agentId: FLEET }
+}
+
+export function isFleet(ref: AgentRef): boolean {
+  return ref.agentId === FLEET
+}
+
+/** A fleet without a config has no budget (an infinite threshold: never over it) and no levels. */
+export const FLEET_DEFAULT_POLICY: AgentPolicy = Object.freeze({
+  thresholdNano: Infinity,
+  autoResume: false,
+  webhookUrl: null,
+  alertAt: Object.freeze([]) as readonly number[],
+})
+
+export function defaultPolicy(ref: AgentRef): AgentPolicy {
+  return isFleet(ref) ? FLEET_DEFAULT_POLICY : DEFAULT_POLICY
+}
+
 export type PauseReason = 'budget' | 'manual'
+
+/** Why an agent is paused, as the API says it: its own state's reason, or its fleet's. */
+export type PausedReason = PauseReason | 'fleet_budget' | 'fleet_manual'
 
 export interface PauseState {
   paused: boolean
@@ -85,10 +117,15 @@ export interface RecordResult {
   thresholdNano: Nano
   /** When the total reaches the threshold at the last hour's rate (projection.ts), epoch ms, or null. */
   exhaustionAt: number | null
+  /** Whether the agent is paused by its own state or its fleet's (policy.ts pausedBy). */
   paused: boolean
-  /** What this event changed: at most an ended override (the window expired first) and a budget pause. */
+  pausedReason: PausedReason | null
+  /**
+   * What this event changed, the agent's then its fleet's: at most an ended override (the
+   * window expired first) and a budget pause each.
+   */
   transitions: Transition[]
-  /** The alert levels this event took the total to or past (issue 12), lowest first. */
+  /** The alert levels this event took the agent's or its fleet's total to or past (issue 12), lowest first. */
   alerts: BudgetAlert[]
 }
 

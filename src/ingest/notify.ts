@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto'
-import type { BudgetAlert, Transition } from '../hot-state/types.ts'
+import { isFleet, type BudgetAlert, type Transition } from '../hot-state/types.ts'
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
 
@@ -7,7 +7,7 @@ import type { WebhookNotifier } from '../notify/webhook.ts'
 export function announceBudgetPauses(transitions: readonly Transition[], log: { info(obj: object, msg: string): void }, notifier: PauseNotifier): void {
   for (const t of transitions) {
     if (t.reason !== 'budget') continue
-    log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano) }, 'agent paused by its budget')
+    log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano) }, isFleet(t) ? 'fleet paused by its budget' : 'agent paused by its budget')
     notifier.budgetPaused(t)
   }
 }
@@ -15,7 +15,7 @@ export function announceBudgetPauses(transitions: readonly Transition[], log: { 
 /** Logs each alert level an event crossed and sends its chat message (issue 12). */
 export function announceAlerts(alerts: readonly BudgetAlert[], log: { info(obj: object, msg: string): void }, notifier: PauseNotifier): void {
   for (const a of alerts) {
-    log.info({ userId: a.userId, agentId: a.agentId, level: a.level, totalUsd: nanoToUsd(a.totalNano) }, 'agent reached an alert level of its budget')
+    log.info({ userId: a.userId, agentId: a.agentId, level: a.level, totalUsd: nanoToUsd(a.totalNano) }, isFleet(a) ? 'fleet reached an alert level of its budget' : 'agent reached an alert level of its budget')
     notifier.alert(a)
   }
 }
@@ -42,7 +42,7 @@ export class WebhookPauseNotifier implements PauseNotifier {
       // The pause it announces, named by its version: the same on every attempt and instance.
       id: noticeId(t.userId, t.agentId, t.version),
       userId: t.userId,
-      agentId: t.agentId,
+      agentId: isFleet(t) ? null : t.agentId,
       totalUsd: nanoToUsd(t.totalNano),
       thresholdUsd: nanoToUsd(t.thresholdNano),
       at: new Date(t.at),
@@ -55,7 +55,7 @@ export class WebhookPauseNotifier implements PauseNotifier {
       // The crossing it announces, named by the agent's version when it fired.
       id: noticeId('alert', a.userId, a.agentId, a.version),
       userId: a.userId,
-      agentId: a.agentId,
+      agentId: isFleet(a) ? null : a.agentId,
       level: a.level,
       totalUsd: nanoToUsd(a.totalNano),
       thresholdUsd: nanoToUsd(a.thresholdNano),

@@ -1,9 +1,9 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { MemoryHotState } from '../hot-state/memory.ts'
 import { fingerprint } from '../hot-state/dedup.ts'
-import type { AgentLoad, AgentLoader, AgentPolicy, AgentRef, PauseState, Transition } from '../hot-state/types.ts'
+import { isFleet, type AgentLoad, type AgentLoader, type AgentPolicy, type AgentRef, type PauseState, type Transition } from '../hot-state/types.ts'
 import { allConfigs, type ConfigRow } from '../storage/configs.ts'
-import { scanWindow, seenEvents, windowMinutes } from '../storage/events.ts'
+import { fleetMinutes, scanWindow, seenEvents, windowMinutes } from '../storage/events.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
 import type { JournalEntry } from '../journal/types.ts'
 import { chDateTimeToMs } from '../storage/clickhouse.ts'
@@ -121,16 +121,20 @@ export function agentLoader(clickhouse: ClickHouseClient, o: AgentLoaderOptions 
 /** The state of a batch of agents as ClickHouse has it, by `user\0agent`. */
 async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[], now: number): Promise<Map<string, AgentLoad>> {
   const since = windowStartMs(now)
-  const [minutes, seen, configs, pauses] = await Promise.all([
-    windowMinutes(clickhouse, since, refs),
-    seenEvents(clickhouse, since, refs),
+  // Fleets (types.ts FLEET) are loaded as agents are, their minutes summed over the user's agents.
+  const agents = refs.filter((r) => !isFleet(r))
+  const fleets = refs.filter(isFleet).map((r) => r.userId)
+  const [minutes, fleetMinuteRows, seen, configs, pauses] = await Promise.all([
+    agents.length > 0 ? windowMinutes(clickhouse, since, agents) : [],
+    fleets.length > 0 ? fleetMinutes(clickhouse, since, fleets) : [],
+    agents.length > 0 ? seenEvents(clickhouse, since, agents) : [],
     allConfigs(clickhouse, refs),
     latestTransitions(clickhouse, refs),
   ])
   const loads = new Map<string, AgentLoad>(refs.map((r) => [`${r.userId}\0${r.agentId}`, { minutes: [], seen: [], policy: null, pause: null }]))
   // Rows of pairs not asked for (a user of the batch with another user's agent id) are skipped.
   const of = (r: { user_id: string; agent_id: string }) => loads.get(`${r.user_id}\0${r.agent_id}`)
-  for (const m of minutes) of(m)?.minutes.push({ minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })
+  for (const m of [...minutes, ...fleetMinuteRows]) of(m)?.minutes.push({ minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })
   for (const s of seen) of(s)?.seen.push({ eventId: s.event_id, costNano: s.cost_nano, minute: s.minute })
   for (const c of configs) {
     const l = of(c)

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Clock } from '../clock.ts'
-import type { HotState } from '../hot-state/types.ts'
+import type { HotState, PausedReason } from '../hot-state/types.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
 import { monotonicMicros } from '../storage/version.ts'
@@ -13,6 +13,8 @@ export interface IngestReply {
   eventId: string
   costNano: number
   paused: boolean
+  /** Why, the agent's own reason or its fleet's (issue 12); null while running. */
+  pausedReason: PausedReason | null
   totalNano: number
   thresholdNano: number
   /** When the total reaches the threshold at the last hour's rate, epoch ms, or null (never). */
@@ -63,7 +65,7 @@ export class IngestService {
       announceBudgetPauses(step.transitions, this.#d.log, this.#d.notifier)
       announceAlerts(step.alerts, this.#d.log, this.#d.notifier)
     }
-    const { costNano, paused, totalNano, thresholdNano, exhaustionAt } = step
-    return { eventId, costNano, paused, totalNano, thresholdNano, exhaustionAt, alerts: step.alerts.map((a) => a.level), duplicate: !step.counted }
+    const { costNano, paused, pausedReason, totalNano, thresholdNano, exhaustionAt } = step
+    return { eventId, costNano, paused, pausedReason, totalNano, thresholdNano, exhaustionAt, alerts: step.alerts.map((a) => a.level), duplicate: !step.counted }
   }
 }

@@ -9,7 +9,8 @@ export interface PauseNotice {
   /** Names this notification on every attempt (the Idempotency-Key header): the same pause, the same id. */
   id: string
   userId: string
-  agentId: string
+  /** null: the user's fleet, its budget over all of their agents (issue 12). */
+  agentId: string | null
   /** Rolling 24 h total that crossed the threshold, in USD. */
   totalUsd: number
   thresholdUsd: number
@@ -21,7 +22,8 @@ export interface AlertNotice {
   /** Names this notification on every attempt: the same alert, the same id. */
   id: string
   userId: string
-  agentId: string
+  /** null: the user's fleet (issue 12). */
+  agentId: string | null
   /** The level crossed, a fraction of the threshold. */
   level: number
   totalUsd: number
@@ -60,11 +62,16 @@ function escapeSlack(text: string): string {
   return text.replaceAll('&', '&amp;').replaceAll('<', '&lt;').replaceAll('>', '&gt;')
 }
 
-/** The agent id as inline code, so * _ ~ in it are not read as formatting. */
-function agentLabel(agentId: string): string {
-  const escaped = escapeSlack(agentId)
+/** An id as inline code, so * _ ~ in it are not read as formatting. */
+function label(id: string): string {
+  const escaped = escapeSlack(id)
   // A backtick would end the code span early; such ids are shown plain.
-  return agentId.includes('`') ? escaped : `\`${escaped}\``
+  return id.includes('`') ? escaped : `\`${escaped}\``
+}
+
+/** What a notice is about: an agent, or a user's fleet. */
+function subject(notice: Notice): string {
+  return notice.agentId === null ? `the fleet of user ${label(notice.userId)}` : `agent ${label(notice.agentId)}`
 }
 
 /** ISO 8601 UTC to the second. */
@@ -73,9 +80,10 @@ function utcSeconds(at: Date): string {
 }
 
 export function pauseMessage(notice: PauseNotice): ChatMessage {
+  const what = notice.agentId === null ? `every agent of user ${label(notice.userId)}: the fleet's` : `agent ${label(notice.agentId)}: its`
   return {
     text:
-      `burnrate paused agent ${agentLabel(notice.agentId)}: its 24 h spend ${formatUsd(notice.totalUsd)} ` +
+      `burnrate paused ${what} 24 h spend ${formatUsd(notice.totalUsd)} ` +
       `exceeded its daily budget of ${formatUsd(notice.thresholdUsd)} (${utcSeconds(notice.at)}).`,
   }
 }
@@ -88,7 +96,7 @@ export function alertMessage(notice: AlertNotice): ChatMessage {
       : `at its spend rate of the last hour it runs out at ${utcSeconds(notice.exhaustionAt)}`
   return {
     text:
-      `burnrate: agent ${agentLabel(notice.agentId)} reached ${Math.round(notice.level * 100)} % of its daily budget: ` +
+      `burnrate: ${subject(notice)} reached ${Math.round(notice.level * 100)} % of its daily budget: ` +
       `${formatUsd(notice.totalUsd)} of ${formatUsd(notice.thresholdUsd)} in the last 24 h, ${formatUsd(Math.max(0, left))} left; ` +
       `${runsOut} (${utcSeconds(notice.at)}).`,
   }

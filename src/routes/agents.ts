@@ -51,6 +51,11 @@ export const agentsRoutes =
       return agents.detail(principal(request).userId, agent_id, page)
     })
 
+    app.get('/fleet', opts, async (request) => {
+      parse(eventsQuery.pick({}), request.query, 'invalid_query')
+      return agents.fleet(principal(request).userId)
+    })
+
     app.get('/audit', opts, async (request) => {
       const { agent_id, limit, before } = parse(auditQuery, request.query, 'invalid_query')
       return agents.audit(principal(request).userId, { agentId: agent_id, limit, before })

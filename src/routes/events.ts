@@ -17,6 +17,7 @@ export const eventsRoutes =
         event_id: reply.eventId,
         cost_usd: nanoToUsd(reply.costNano),
         paused: reply.paused,
+        paused_reason: reply.pausedReason,
         total_cost_24h: nanoToUsd(reply.totalNano),
         remaining_usd: nanoToUsd(reply.thresholdNano - reply.totalNano),
         projected_exhaustion_at: isoOrNull(reply.exhaustionAt),

@@ -185,17 +185,29 @@ export type MinuteRow = z.output<typeof minuteRow>
  * counts once, as the hot state's dedup does.
  */
 export function windowMinutes(client: ClickHouseClient, sinceMs: number, refs: readonly AgentRef[]): Promise<MinuteRow[]> {
+  return minuteSums(client, sinceMs, agentsFilter(refs), agentsParams(refs), true)
+}
+
+/**
+ * The same for the fleets of a batch of users (types.ts FLEET): the sums of all their
+ * agents' minutes, as rows of the agent ''.
+ */
+export function fleetMinutes(client: ClickHouseClient, sinceMs: number, userIds: readonly string[]): Promise<MinuteRow[]> {
+  return minuteSums(client, sinceMs, 'AND user_id IN {users:Array(String)}', { users: [...userIds] }, false)
+}
+
+function minuteSums(client: ClickHouseClient, sinceMs: number, filter: string, params: object, perAgent: boolean): Promise<MinuteRow[]> {
   return select(
     client,
-    `SELECT user_id, agent_id, minute, sum(cost) AS cost_nano, countIf(llm) AS llm_calls
+    `SELECT user_id, ${perAgent ? 'agent_id' : "'' AS agent_id"}, minute, sum(cost) AS cost_nano, countIf(llm) AS llm_calls
      FROM (
        SELECT user_id, agent_id, min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute,
               argMin(cost_nano, timestamp) AS cost, argMin(event_type = 'llm_call', timestamp) AS llm
-       FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${agentsFilter(refs)}
+       FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${filter}
        GROUP BY user_id, agent_id, event_id
      )
-     GROUP BY user_id, agent_id, minute ORDER BY minute`,
-    { since: sinceMs, ...agentsParams(refs) },
+     GROUP BY user_id, ${perAgent ? 'agent_id, ' : ''}minute ORDER BY minute`,
+    { since: sinceMs, ...params },
     minuteRow,
   )
 }

@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { fingerprint } from '../../src/hot-state/dedup.ts'
 import { MemoryHotState } from '../../src/hot-state/memory.ts'
 import { RedisHotState } from '../../src/hot-state/redis.ts'
-import { DEFAULT_POLICY, type AgentLoad, type AgentPolicy, type HotState, type RecordEvent, type RecordInput } from '../../src/hot-state/types.ts'
+import { DEFAULT_POLICY, fleetOf, type AgentLoad, type AgentPolicy, type HotState, type RecordEvent, type RecordInput } from '../../src/hot-state/types.ts'
 import { RedisJournal } from '../../src/journal/redis-streams.ts'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { JournalFullError, type JournalSource, type JournalTable } from '../../src/journal/types.ts'
@@ -350,6 +350,87 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect(new Set(versions).size).toBe(5)
   })
 
+  describe('the fleet budget (issue 12)', () => {
+    const fleet = fleetOf('u')
+    const of = (agentId: string, usd: number, at = T0) => ev(usd * USD, at, { agentId })
+
+    it('sums every agent of a user, and only of that user; without a budget it never pauses', async () => {
+      const { hs } = await make()
+      const r = await recordAll(hs, [of('a', 3), of('b', 4), ev(5 * USD, T0, { userId: 'v', agentId: 'a' }), { ...of('a', 2), llmCall: false }])
+      expect(r.map((x) => [x.paused, x.pausedReason])).toEqual(Array(4).fill([false, null]))
+      expect((await hs.get(fleet, T0)).snapshot).toMatchObject({ active: true, totalNano: 9 * USD, llmCalls: 2, configured: false, pause: { paused: false } })
+      expect((await hs.get(fleetOf('v'), T0)).snapshot.totalNano).toBe(5 * USD)
+      // A repeat counts in neither.
+      const e = of('b', 1)
+      await hs.record(e, T0)
+      expect((await hs.record(e, T0)).counted).toBe(false)
+      expect((await hs.get(fleet, T0)).snapshot.totalNano).toBe(10 * USD)
+      // The fleet is not one of the agents.
+      expect((await hs.listAgents('u', T0)).map((a) => a.agentId).sort()).toEqual(['a', 'b'])
+    })
+
+    it('over its budget, every agent of the user is paused by it, with one transition journaled as the agent ""', async () => {
+      const { hs, journaled } = await make()
+      await hs.setPolicy(fleet, policy(1, { alertAt: [] }), T0, 'key-1')
+      await journaled()
+      const r = await recordAll(hs, [of('a', 0.6), of('b', 0.6), of('c', 0.1), ev(USD, T0, { userId: 'v' })])
+      expect(r.map((x) => [x.paused, x.pausedReason])).toEqual([
+        [false, null],
+        [true, 'fleet_budget'],
+        [true, 'fleet_budget'],
+        [false, null], // another user's agents are not in this fleet
+      ])
+      expect(r[1]!.transitions).toEqual([expect.objectContaining({ userId: 'u', agentId: '', reason: 'budget', paused: true, totalNano: 1.2 * USD, thresholdNano: USD })])
+      expect(r[2]!.transitions).toEqual([])
+      // The agent's own answer is its own: its total and what is left of its own threshold.
+      expect(r[1]).toMatchObject({ totalNano: 0.6 * USD, thresholdNano: DEFAULT_POLICY.thresholdNano })
+      const rows = (await journaled()).filter((x) => x.table === 'pause_transitions')
+      expect(rows.map((x) => x.row)).toEqual([expect.objectContaining({ user_id: 'u', agent_id: '', is_paused: true, reason: 'budget', total_nano: 1.2 * USD, actor: 'system' })])
+      expect((await hs.get(fleet, T0)).snapshot.pause).toEqual({ paused: true, reason: 'budget', override: false })
+      // The agents' own states are untouched: each is paused by the fleet only.
+      expect((await hs.get({ userId: 'u', agentId: 'a' }, T0)).snapshot.pause.paused).toBe(false)
+    })
+
+    it('an agent\'s own pause comes first; a fleet paused by hand holds until resumed by hand, with the override rule', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(fleet, policy(1, { alertAt: [] }), T0, 'key-1')
+      expect(await hs.setPaused(fleet, true, T0, 'key-2')).toMatchObject({ agentId: '', paused: true, reason: 'manual', actor: 'key-2' })
+      await hs.setPaused({ userId: 'u', agentId: 'a' }, true, T0, 'key-2')
+      const r = await recordAll(hs, [of('a', 0.1), of('b', 0.1)])
+      expect(r.map((x) => x.pausedReason)).toEqual(['manual', 'fleet_manual'])
+      // Over budget and resumed by hand: the override keeps it running until the total falls back.
+      await hs.record(of('b', 2), T0)
+      expect(await hs.setPaused(fleet, false, T0, 'key-2')).toMatchObject({ paused: false, override: true })
+      expect((await hs.record(of('b', 1), T0)).pausedReason).toBeNull()
+      expect((await hs.record(of('a', 1), T0)).pausedReason).toBe('manual')
+      const later = T0 + 1440 * MINUTE_MS
+      const again = await hs.record(of('b', 2, later), later)
+      expect(again.transitions.map((t) => [t.agentId, t.reason])).toEqual([
+        ['', 'override_cleared'],
+        ['', 'budget'],
+      ])
+      expect(again.pausedReason).toBe('fleet_budget')
+    })
+
+    it('fires its alert levels once per crossing, as an agent\'s, journaled as the agent ""', async () => {
+      const { hs, journaled } = await make()
+      await hs.setPolicy(fleet, policy(10, { alertAt: [0.5, 0.9] }), T0, 'key-1')
+      await journaled()
+      const fired = async (e: RecordEvent) => (await hs.record(e, T0)).alerts.map((a) => [a.agentId, a.level])
+      expect(await fired(of('a', 4))).toEqual([])
+      expect(await fired(of('b', 1))).toEqual([['', 0.5]])
+      expect(await fired(of('c', 1))).toEqual([])
+      // The agent's own levels (default 0.8 of 10 USD) and the fleet's, from one event.
+      expect(await fired(of('c', 8))).toEqual([['c', 0.8], ['', 0.9]])
+      const alerts = (await journaled()).filter((x) => x.table === 'budget_alerts').map((x) => [x.row.agent_id, x.row.level, x.row.total_nano])
+      expect(alerts).toEqual([
+        ['', 0.5, 5 * USD],
+        ['c', 0.8, 9 * USD],
+        ['', 0.9, 14 * USD],
+      ])
+    })
+  })
+
   it('refuses at the journal bound before anything changes, and takes events again once it is shipped', async () => {
     const { hs, journaled } = await make({ maxRows: 3 })
     await recordAll(hs, [ev(1), ev(2), ev(3)])
@@ -386,7 +467,7 @@ describe('memory hot state', () => {
     const later = T0 + 24 * 60 * MINUTE_MS
     // Each event visits a bounded number of agents; enough events visit them all.
     await recordAll(hs, Array.from({ length: 60 }, () => ev(1, later, { agentId: 'live' })), later)
-    expect(hs.size).toBe(2) // 'kept' (configured) and 'live'
+    expect(hs.size).toBe(3) // 'kept' (configured), 'live' and their user's fleet
   })
 
   it('restore replaces the state (never adds to it), counts each id once, and acts on a stored crossing and journals it', async () => {

@@ -2,7 +2,7 @@ import { createRequire } from 'node:module'
 import { Redis } from 'ioredis'
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest'
 import { RedisHotState } from '../../src/hot-state/redis.ts'
-import { DEFAULT_POLICY, type AgentLoad, type AgentLoader, type AgentRef, type RecordEvent, type RecordInput } from '../../src/hot-state/types.ts'
+import { DEFAULT_POLICY, isFleet, type AgentLoad, type AgentLoader, type AgentRef, type RecordEvent, type RecordInput } from '../../src/hot-state/types.ts'
 import { RedisJournal } from '../../src/journal/redis-streams.ts'
 import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
 import { MINUTE_MS, minuteOf } from '../../src/window.ts'
@@ -24,8 +24,10 @@ const ev = (costNano: number, extra: Partial<RecordInput> = {}): RecordEvent => 
 const emptyLoad = (): AgentLoad => ({ minutes: [], seen: [], policy: null, pause: null })
 
 /** A loader standing in for ClickHouse that counts its calls. */
+/** Loads agents with `load` and counts them; a fleet (types.ts FLEET) loads empty, uncounted. */
 function countingLoader(load: () => AgentLoad = emptyLoad) {
-  const loader = async (_ref: AgentRef, _now: number): Promise<AgentLoad> => {
+  const loader = async (ref: AgentRef, _now: number): Promise<AgentLoad> => {
+    if (isFleet(ref)) return emptyLoad()
     loader.calls++
     return load()
   }
@@ -249,7 +251,7 @@ describe('redis hot state: keys', () => {
     await hs.record(ev(1), T0)
     await hs.record(ev(2), T0)
     const keys = [...(await keysOf(p)), ...(await server.redis.keys(`${p}{p*}:u:*`)), ...(await server.redis.keys(`${p}{p*}:e*`))]
-    expect(keys.length).toBe(6) // :a :w :m, the user's index, the id tables' meta and one bucket
+    expect(keys.length).toBe(9) // :a :w :m of the agent and of its fleet, the user's index, the id tables' meta and one bucket
     for (const key of keys) {
       const ttl = await server.redis.pttl(key)
       expect(ttl, key).toBeGreaterThan(0)

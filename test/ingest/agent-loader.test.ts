@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { fleetOf } from '../../src/hot-state/types.ts'
 import { agentLoader } from '../../src/ingest/rebuild.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { configRow, upsertConfig } from '../../src/storage/configs.ts'
@@ -49,6 +50,30 @@ describe('loading agents from ClickHouse', () => {
     expect(b!.seen).toHaveLength(1)
     // The other user's agent of the same name is not theirs.
     for (const none of [u1b, u2a, ...(await Promise.all(fresh))]) expect(none).toEqual({ minutes: [], seen: [], policy: null, pause: null })
+  })
+
+  it('loads a fleet (the agent \'\' of its user) as the sums of all its agents\' minutes, with its own config, in the same batch', async () => {
+    await insertEvents(clickhouse, [
+      eventRow({ user_id: 'f', agent_id: 'x', event_id: id(), at: NOW - 60_000, cost_nano: 5 }),
+      eventRow({ user_id: 'f', agent_id: 'y', event_id: id(), at: NOW - 60_000, cost_nano: 7 }),
+      eventRow({ user_id: 'f', agent_id: 'y', event_id: id(), at: NOW - 180_000, cost_nano: 2 }),
+    ])
+    await upsertConfig(clickhouse, configRow(fleetOf('f'), { thresholdNano: 20, webhookUrl: null, autoResume: false, alertAt: [0.5] }, NOW, 'key-1'))
+    const load = agentLoader(clickhouse)
+    const [fleet, x, other] = await Promise.all([load(fleetOf('f'), NOW), load({ userId: 'f', agentId: 'x' }, NOW), load(fleetOf('u1'), NOW)])
+    expect(load.stats.batches).toBe(1)
+    const minute = Math.floor(NOW / 60_000)
+    expect(fleet).toEqual({
+      minutes: [
+        { minute: minute - 3, costNano: 2, llmCalls: 1 },
+        { minute: minute - 1, costNano: 12, llmCalls: 2 },
+      ],
+      seen: [],
+      policy: { thresholdNano: 20, webhookUrl: null, autoResume: false, alertAt: [0.5] },
+      pause: null,
+    })
+    expect(x!.minutes).toEqual([{ minute: minute - 1, costNano: 5, llmCalls: 1 }])
+    expect(other!.minutes.reduce((s, m) => s + m.costNano, 0)).toBe(12) // u1's agent "a"
   })
 
   it('gathers the agents asked for while a batch runs into the next one, within its concurrency', async () => {

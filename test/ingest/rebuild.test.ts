@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { MemoryHotState } from '../../src/hot-state/memory.ts'
+import { fleetOf } from '../../src/hot-state/types.ts'
 import { rebuildHotState } from '../../src/ingest/rebuild.ts'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
@@ -54,6 +55,26 @@ describe('rebuilding the in-process hot state', () => {
     const a = (await hs.get({ userId: 'u', agentId: 'a' }, NOW)).snapshot
     expect(a).toMatchObject({ totalNano: 12, llmCalls: 2, policy: { thresholdNano: 3e9 }, pause: { paused: true, reason: 'manual' } })
     expect((await hs.get({ userId: 'u', agentId: 'b' }, NOW)).snapshot.policy.thresholdNano).toBe(4e9)
+    await journal.close()
+  })
+
+  it('sums every agent of a user into its fleet, with the fleet\'s config and pause state, and acts on a crossing stored before a crash (issue 12)', async () => {
+    const journal = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-rebuild-j-')), fsync: false, maxRows: 1000 })
+    const row = (agent_id: string, n: number, cost_nano: number) =>
+      eventRow({ user_id: 'fleet-u', agent_id, event_id: `00000000-0000-4000-f000-00000000000${n}`, at: NOW - 60_000, cost_nano })
+    await insertEvents(clickhouse, [row('a', 1, 5e8), row('b', 2, 4e8)])
+    await upsertConfig(clickhouse, configRow(fleetOf('fleet-u'), policy(1), NOW - 5000, 'key-1'))
+    await upsertConfig(clickhouse, configRow(fleetOf('paused-u'), policy(1), NOW - 5000, 'key-1'))
+    // The fleet's events, a and b shipped and c in the journal, cross its budget together
+    // without a transition stored (a budget lowered by a config, or a crash of an earlier
+    // release); another user's fleet was paused by hand.
+    await journal.append([{ table: 'events', row: row('c', 3, 2e8) }, { table: 'pause_transitions', row: { ...transition('', true, NOW - 1000), user_id: 'paused-u' } }], NOW)
+    const hs = new MemoryHotState(journal)
+    const transitions = await rebuildHotState(clickhouse, hs, NOW, journal.unshipped())
+    expect(transitions.map((t) => [t.userId, t.agentId, t.reason])).toEqual([['fleet-u', '', 'budget']])
+    expect((await hs.get(fleetOf('fleet-u'), NOW)).snapshot).toMatchObject({ totalNano: 11e8, llmCalls: 3, configured: true, pause: { paused: true, reason: 'budget' } })
+    expect((await hs.get(fleetOf('paused-u'), NOW)).snapshot.pause).toEqual({ paused: true, reason: 'manual', override: false })
+    expect((await hs.listAgents('fleet-u', NOW)).map((a) => a.agentId).sort()).toEqual(['a', 'b', 'c'])
     await journal.close()
   })
 

@@ -6,7 +6,7 @@
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(false)
 if closed then return closed end
-local st = read_state(A, W, M)
+local st = read_state(A, W, M, ARGV[5])
 local now_minute = minute_of(NOW)
 expire(st, now_minute)
 local relaxed = evaluate(st, false)

@@ -18,8 +18,10 @@
 -- ClickHouse DateTime text  ARGV[7] the agent id
 -- Money is integer nano-USD: exact in Lua doubles up to 2^53, written back with '%.0f'
 -- (never %d, which goes through a C int).
--- The window and state functions work on a state read by read_state(a, w, m), which keeps
--- its three keys: an agent's here (A, W, M); a fleet's state has the same shape (issue 12).
+-- The window and state functions work on a state read by read_state(a, w, m, members), which
+-- keeps its three keys and its JSON members: an agent's (A, W, M, ARGV[5]), or in record.lua
+-- its fleet's, which is the agent '' of its user (types.ts FLEET) and has the same shape. A
+-- fleet without a config has the threshold 'Infinity' (Lua's tonumber reads it as inf).
 local WINDOW = 1440 -- minutes (src/window.ts)
 local MINUTE_MS = 60000
 local NEEDS_LOAD = 'NEEDS_LOAD'
@@ -39,8 +41,8 @@ local function in_window(minute, now_minute)
   return minute > now_minute - WINDOW
 end
 
-local function loaded()
-  return redis.call('HGET', A, 'loaded') == '1'
+local function loaded(a)
+  return redis.call('HGET', a or A, 'loaded') == '1'
 end
 
 local function hour_of(minute)
@@ -56,15 +58,15 @@ local function sum_hours(a, w, m)
   redis.call('HSET', a, 'hours', '1')
 end
 
--- A state and its window (an agent's: A, W, M), its keys kept with it for the functions below.
-local function read_state(a, w, m)
+-- A state and its window, its keys and JSON members kept with it for the functions below.
+local function read_state(a, w, m, members)
   local v = redis.call('HMGET', a, 'total', 'calls', 'paused', 'reason', 'override',
     'threshold', 'auto_resume', 'webhook', 'configured', 'hours', 'alert_at', 'alerted')
   if not v[10] then sum_hours(a, w, m) end
   local levels = {}
   for level in string.gmatch(v[11] or '0.8', '[^,]+') do levels[#levels + 1] = level end
   return {
-    a = a, w = w, m = m,
+    a = a, w = w, m = m, members = members,
     alert_at = v[11] or '0.8', levels = levels, alerted = tonumber(v[12] or '0'),
     total = tonumber(v[1] or '0'), calls = tonumber(v[2] or '0'),
     paused = v[3] == '1', reason = v[4] or '', override = v[5] == '1',
@@ -239,7 +241,7 @@ end
 local function transition(st, reason, actor)
   local version = next_version(st)
   local paused, override = st.paused and 'true' or 'false', st.override and 'true' or 'false'
-  journal('pause_transitions', '{' .. ARGV[5] .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
+  journal('pause_transitions', '{' .. st.members .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
     ',"is_paused":' .. paused .. ',"reason":"' .. reason .. '","override":' .. override ..
     ',"total_nano":' .. fmt(st.total) .. ',"actor":' .. cjson.encode(actor or 'system') .. '}')
   return { reason, st.paused and 1 or 0, st.override and 1 or 0, fmt(st.total), st.threshold_s, st.webhook or false, fmt(version) }
@@ -248,7 +250,7 @@ end
 -- Journals an alert level crossed (its budget_alerts row) and returns {level, version}.
 local function alert(st, level)
   local version = next_version(st)
-  journal('budget_alerts', '{' .. ARGV[5] .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
+  journal('budget_alerts', '{' .. st.members .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
     ',"level":' .. level .. ',"total_nano":' .. fmt(st.total) .. ',"threshold_nano":' .. st.threshold_s .. '}')
   return { level, fmt(version) }
 end

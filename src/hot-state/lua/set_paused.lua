@@ -4,7 +4,7 @@
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(true)
 if closed then return closed end
-local st = read_state(A, W, M)
+local st = read_state(A, W, M, ARGV[5])
 expire(st, minute_of(NOW))
 local changed = manual(st, ARGV[8] == '1')
 local out = false

@@ -8,7 +8,7 @@
 if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(true)
 if closed then return closed end
-local st = read_state(A, W, M)
+local st = read_state(A, W, M, ARGV[5])
 local replaced = ''
 if st.configured then replaced = redis.call('HGET', A, 'shown') or '' end
 local changed = st.threshold ~= tonumber(ARGV[8])
