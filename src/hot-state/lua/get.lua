@@ -3,10 +3,10 @@
 -- ARGV[8] 1: with what the projection reads (a listing leaves them out: 0)
 -- Returns NEEDS_LOAD, FENCED, or {{total, calls, paused, reason, override, threshold,
 -- auto_resume, webhook, configured, active, alert_at}, transition or false, spend (lib.lua) or false}.
-if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(false)
 if closed then return closed end
 local st = read_state(A, W, M, ARGV[5])
+if not st then return NEEDS_LOAD end
 local now_minute = minute_of(NOW)
 expire(st, now_minute)
 local relaxed = evaluate(st, false)

@@ -41,8 +41,8 @@ local function in_window(minute, now_minute)
   return minute > now_minute - WINDOW
 end
 
-local function loaded(a)
-  return redis.call('HGET', a or A, 'loaded') == '1'
+local function loaded()
+  return redis.call('HGET', A, 'loaded') == '1'
 end
 
 local function hour_of(minute)
@@ -58,10 +58,12 @@ local function sum_hours(a, w, m)
   redis.call('HSET', a, 'hours', '1')
 end
 
--- A state and its window, its keys and JSON members kept with it for the functions below.
+-- A state and its window, its keys and JSON members kept with it for the functions below;
+-- nil when it is not loaded (the caller answers NEEDS_LOAD, and nothing was written).
 local function read_state(a, w, m, members)
   local v = redis.call('HMGET', a, 'total', 'calls', 'paused', 'reason', 'override',
-    'threshold', 'auto_resume', 'webhook', 'configured', 'hours', 'alert_at', 'alerted')
+    'threshold', 'auto_resume', 'webhook', 'configured', 'hours', 'alert_at', 'alerted', 'loaded')
+  if v[13] ~= '1' then return nil end
   if not v[10] then sum_hours(a, w, m) end
   local levels = {}
   for level in string.gmatch(v[11] or '0.8', '[^,]+') do levels[#levels + 1] = level end
@@ -144,6 +146,7 @@ local function add(st, minute, cost, calls)
     bucket = tail
   else
     redis.call('RPUSH', st.m, minute)
+    st.pushed = true
   end
   redis.call('HINCRBY', st.w, 'c' .. bucket, cost)
   redis.call('HINCRBY', st.w, 'n' .. bucket, calls)
@@ -349,8 +352,10 @@ local function remember(meta, tables, fp, cost, minute)
   if redis.call('PTTL', meta) < ttl then redis.call('PEXPIRE', meta, ttl) end
 end
 
--- Every write refreshes the agent's TTL, so an idle agent expires on its own and is loaded
--- again from ClickHouse on demand.
+-- Writes refresh the agent's TTL, so an idle agent expires on its own and is loaded again
+-- from ClickHouse on demand. An event refreshes it only when it starts a minute bucket
+-- (st.pushed): the keys then live at least 24 h 59 min after the agent's last event, longer
+-- than the window, and a busy agent pays for it once a minute instead of on every event.
 local function touch(st)
   redis.call('PEXPIRE', st.a, TTL)
   redis.call('PEXPIRE', st.w, TTL)

@@ -12,13 +12,13 @@
 -- webhook or false, fleet, transition...} where cost is the one the id was first counted at
 -- and fleet is {pause reason, total, threshold, webhook or false, {transition...}, {level,
 -- version, …}, spend or false (only with alerts: their projection)}.
-if not loaded() then return NEEDS_LOAD end
-if not loaded(KEYS[8]) then return 'NEEDS_FLEET_LOAD' end
+local st = read_state(A, W, M, ARGV[5])
+if not st then return NEEDS_LOAD end
+local fleet = read_state(KEYS[8], KEYS[9], KEYS[10], ARGV[13])
+if not fleet then return 'NEEDS_FLEET_LOAD' end
 local closed = journal_closed(true)
 if closed then return closed end
 local now_minute = minute_of(NOW)
-local st = read_state(A, W, M, ARGV[5])
-local fleet = read_state(KEYS[8], KEYS[9], KEYS[10], ARGV[13])
 expire(st, now_minute)
 expire(fleet, now_minute)
 
@@ -54,15 +54,18 @@ local function step(s, transitions, alerts)
     for _, x in ipairs(alert(s, level)) do table.insert(alerts, x) end
   end
   save_state(s)
-  touch(s)
+  if s.pushed then touch(s) end
 end
 
 local out = { 1, '', 0, ARGV[8], st.threshold_s, false, {}, st.webhook or false, false }
 step(st, out, out[7])
 local fleet_transitions, fleet_alerts = {}, {}
 step(fleet, fleet_transitions, fleet_alerts)
-redis.call('ZADD', KEYS[6], 'GT', ARGV[10], ARGV[7])
-redis.call('PEXPIRE', KEYS[6], TTL)
+-- The index scores an agent by its newest minute: only a new bucket can raise it.
+if st.pushed then
+  redis.call('ZADD', KEYS[6], 'GT', ARGV[10], ARGV[7])
+  redis.call('PEXPIRE', KEYS[6], TTL)
+end
 out[2], out[3], out[6] = fmt(st.total), st.reason, spend(st, now_minute)
 out[9] = fleet_reply(fleet_transitions, fleet_alerts, #fleet_alerts > 0)
 return out

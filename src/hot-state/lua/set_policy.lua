@@ -5,10 +5,10 @@
 -- without "replaced": the config it replaces is appended here)  ARGV[12] actor (the key id)
 -- ARGV[13] the new config as shown (JSON)  ARGV[14] the alert levels (comma-separated, ascending)
 -- Returns NEEDS_LOAD, FENCED, FULL, or {transition or false}.
-if not loaded() then return NEEDS_LOAD end
 local closed = journal_closed(true)
 if closed then return closed end
 local st = read_state(A, W, M, ARGV[5])
+if not st then return NEEDS_LOAD end
 local replaced = ''
 if st.configured then replaced = redis.call('HGET', A, 'shown') or '' end
 local changed = st.threshold ~= tonumber(ARGV[8])
