@@ -289,17 +289,20 @@ export async function createKey(env: NodeJS.ProcessEnv, name: string, user = 'be
 export async function configureAgents(url: string, apiKey: string, prefix: string, agents: number, body: Record<string, unknown>): Promise<void> {
   let next = 0
   const worker = async () => {
-    for (let i = next++; i < agents; i = next++) {
-      const res = await fetch(new URL('/config', url), {
-        method: 'POST',
-        headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
-        body: JSON.stringify({ agent_id: `${prefix}${i}`, ...body }),
-        signal: AbortSignal.timeout(10_000),
-      })
-      if (!res.ok) throw new Error(`POST /config answered ${res.status}: ${await res.text()}`)
-    }
+    for (let i = next++; i < agents; i = next++) await postJson(url, apiKey, '/config', { agent_id: `${prefix}${i}`, ...body })
   }
   await Promise.all(Array.from({ length: 20 }, worker))
+}
+
+/** POSTs a JSON body with the key; throws unless it is answered 2xx. */
+export async function postJson(url: string, apiKey: string, path: string, body: unknown): Promise<void> {
+  const res = await fetch(new URL(path, url), {
+    method: 'POST',
+    headers: { 'x-api-key': apiKey, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(10_000),
+  })
+  if (!res.ok) throw new Error(`POST ${path} answered ${res.status}: ${await res.text()}`)
 }
 
 /** Sum of llm_calls over GET /agents, read until two reads 500 ms apart agree (bounded). */

@@ -34,7 +34,7 @@ import { history, historyFigures, historyTable } from './history.ts'
 import { markdown, writeResults, type Figure } from './results.ts'
 import { redisMode, type RedisModeResult } from './redis-mode.ts'
 import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
-import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
+import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, type LoadSummary } from './load.ts'
 
 
@@ -185,12 +185,16 @@ async function main(): Promise<number> {
     // journal and ClickHouse growing, a neighbour's load) counts against neither.
     const bUsage = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', usageObjects: true }))
     // The same saturation on agents with five alert levels each (issue 12), under a budget
-    // none of them reaches in the phase: every event evaluates every level. Agents of their
-    // own, configured and made known first, so the token-field phases keep the default.
+    // none of them reaches in the phase, of a user of their own whose fleet has a budget and
+    // five levels too: every event evaluates ten levels and two budgets. Agents of their own,
+    // configured and made known first, so the token-field phases keep the defaults.
+    const policyKey = await createKey(env, 'bench-policy', 'bench-policy')
+    const levels = [0.5, 0.6, 0.7, 0.8, 0.9]
+    await postJson(burnrate.url, policyKey, '/config/fleet', { cost_threshold_usd: 1_000_000, alert_at: levels })
     const alertPrefix = `alerts-${agentPrefix}`
-    await configureAgents(burnrate.url, apiKey, alertPrefix, opts.agents, { cost_threshold_usd: 100_000, alert_at: [0.5, 0.6, 0.7, 0.8, 0.9] })
-    const bAlertsCold = await load(burnrate.url, apiKey, opts, { agentPrefix: alertPrefix, warmup: 0, load: 'once-per-agent' })
-    const bAlerts = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix: alertPrefix, warmup: 0, load: 'saturation' }))
+    await configureAgents(burnrate.url, policyKey, alertPrefix, opts.agents, { cost_threshold_usd: 100_000, alert_at: levels })
+    const bAlertsCold = await load(burnrate.url, policyKey, opts, { agentPrefix: alertPrefix, warmup: 0, load: 'once-per-agent' })
+    const bAlerts = await withCpu(pid, load(burnrate.url, policyKey, opts, { agentPrefix: alertPrefix, warmup: 0, load: 'saturation' }))
     const bFlatAgain = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
     // Every request for one agent: its state is the one everybody touches.
     const bHot = await load(burnrate.url, apiKey, opts, { agentPrefix: `hot-${agentPrefix}`, warmup: 0, load: 'saturation', agents: 1 })
@@ -201,7 +205,7 @@ async function main(): Promise<number> {
       load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: { rate: halfOf(bWarm) } }),
       flood(burnrate.url, opts.duration),
     ])
-    const stored = await storedLlmCalls(burnrate.url, apiKey)
+    const stored = (await storedLlmCalls(burnrate.url, apiKey)) + (await storedLlmCalls(burnrate.url, policyKey))
     await stop(burnrate.child, 'burnrate')
     const log = await logStats(logFile)
 
@@ -226,7 +230,7 @@ async function main(): Promise<number> {
         row('burnrate  saturation, cold (1 event/agent)', bCold),
         row('burnrate  saturation, warm', bWarm),
         row('burnrate  saturation, usage objects', bUsage),
-        row('burnrate  saturation, 5 alert levels', bAlerts),
+        row('burnrate  saturation, alert levels, fleet budget', bAlerts),
         row('burnrate  saturation, token fields again', bFlatAgain),
         row('burnrate  saturation, one hot agent', bHot),
         row('burnrate  50 % of saturation', bHalf),
@@ -258,7 +262,7 @@ async function main(): Promise<number> {
     )
     const flatMean = (bWarm.requestsPerSec + bFlatAgain.requestsPerSec) / 2
     const cpuFlat = bWarm.cpuUsPerRequest != null && bFlatAgain.cpuUsPerRequest != null ? (bWarm.cpuUsPerRequest + bFlatAgain.cpuUsPerRequest) / 2 : null
-    for (const [what, b, issue] of [['usage objects', bUsage, 10], ['5 alert levels', bAlerts, 12]] as const) {
+    for (const [what, b, issue] of [['usage objects', bUsage, 10], ['alert levels and a fleet budget', bAlerts, 12]] as const) {
       console.log(
         `${what}: ${ratio(b.requestsPerSec, flatMean)} of the token fields' throughput in this run` +
           ` (the mean of the phases before and after it; issue ${issue}'s target ≥ 0.90)` +
@@ -342,7 +346,7 @@ async function main(): Promise<number> {
       { figure: 'ingest p99 at 50 %', value: bHalf.latencyMs.p99, unit: 'ms', ratio: bHalf.latencyMs.p99 / cHalf.latencyMs.p99 },
       { figure: 'ingest max at 50 %', value: bHalf.latencyMs.max, unit: 'ms', ratio: bHalf.latencyMs.max / cHalf.latencyMs.max },
       { figure: 'usage objects / token fields, throughput', value: bUsage.requestsPerSec / flatMean, unit: 'ratio' },
-      { figure: '5 alert levels / token fields, throughput', value: bAlerts.requestsPerSec / flatMean, unit: 'ratio' },
+      { figure: 'alert levels and a fleet budget / token fields, throughput', value: bAlerts.requestsPerSec / flatMean, unit: 'ratio' },
       { figure: 'ClickHouse INSERTs of events, warm saturation', value: writes.insertsPerSec, unit: '/s' },
       { figure: 'fleet p99 with an unknown-key flood beside / without', value: bFlood.latencyMs.p99 / bHalf.latencyMs.p99, unit: 'ratio' },
       ...historyFigures(hist),
