@@ -42,7 +42,16 @@ describe('the fleet budget (issue 12)', () => {
     })
     for (const agent of ['a', 'b', 'b']) await h.post('/events', llmCall(agent), key)
     await h.post('/events', { agent_id: 'c', event_type: 'tool_call', tool_name: 'search' }, key)
-    expect(await fleetOf(key)).toMatchObject({ total_cost_usd: 3 * LLM_CALL_USD, llm_calls: 3, cost_threshold_usd: null, remaining_usd: null })
+    expect(await fleetOf(key)).toMatchObject({ total_cost_usd: 3 * LLM_CALL_USD, llm_calls: 3, cost_threshold_usd: null, remaining_usd: null, projected_exhaustion_at: null })
+    // 0.0225 spent in the last hour, 0.0675 left of 0.09: three hours at that rate, long before any of it leaves the window.
+    await h.post('/config/fleet', { cost_threshold_usd: 0.09 }, key)
+    expect(await fleetOf(key)).toMatchObject({
+      cost_threshold_usd: 0.09,
+      remaining_usd: 0.0675,
+      projected_exhaustion_at: new Date(clock.now() + 3 * 3_600_000).toISOString(),
+      alerts_reached: [],
+      config: { cost_threshold_usd: 0.09, slack_webhook_url: null, auto_resume: false, alert_at: [0.8] },
+    })
   })
 
   it('over its budget pauses every agent of the user, says why, and sends one message for the transition', async () => {
@@ -78,11 +87,12 @@ describe('the fleet budget (issue 12)', () => {
     await h.services.webhooks.drain()
     const mine = receiver.messages.filter((m) => m.text.includes(user)).map((m) => m.text)
     expect(mine).toEqual([expect.stringContaining(`burnrate paused every agent of user \`${user}\`: the fleet's 24 h spend $0.0225 exceeded its daily budget of $0.02`)])
-    const audit = (await h.get('/audit', key)).json().records
-    expect(audit.filter((r: { scope: string }) => r.scope === 'fleet').map((r: { action: string; reason: string }) => [r.action, r.reason])).toEqual([
-      ['pause', 'budget'],
-      ['config', 'config_set'],
+    const audit = (await h.get('/audit?scope=fleet', key)).json().records
+    expect(audit.map((r: { agent_id: null; scope: string; action: string; reason: string; actor: string }) => [r.agent_id, r.scope, r.action, r.reason, r.actor])).toEqual([
+      [null, 'fleet', 'pause', 'budget', 'system'],
+      [null, 'fleet', 'config', 'config_set', key.split('_')[1]], // the key id of the request
     ])
+    expect(audit[0].details).toEqual({ total_cost_usd: 3 * LLM_CALL_USD, override: false })
   })
 
   it('pauses and resumes the fleet by hand; an agent\'s own pause holds through it; a resume over budget overrides', async () => {
@@ -97,12 +107,14 @@ describe('the fleet budget (issue 12)', () => {
     expect(await fleetOf(key)).toMatchObject({ is_paused: false, paused_reason: null, override: true })
     expect((await h.post('/events', llmCall('a'), key)).json()).toMatchObject({ paused: false, paused_reason: null })
     expect((await h.post('/events', llmCall('own'), key)).json()).toMatchObject({ paused: true, paused_reason: 'manual' })
-    const audit = (await h.get('/audit', key)).json().records
-    expect(audit.filter((r: { scope: string }) => r.scope === 'fleet').map((r: { action: string; reason: string; actor: string }) => [r.action, r.reason, r.actor.length > 0])).toEqual([
+    const audit = (await h.get('/audit?scope=fleet', key)).json().records
+    expect(audit.map((r: { action: string; reason: string; details: { override?: boolean } }) => [r.action, r.reason, r.details.override])).toEqual([
       ['resume', 'manual', true],
-      ['pause', 'manual', true],
-      ['config', 'config_set', true],
+      ['pause', 'manual', false],
+      ['config', 'config_set', undefined],
     ])
+    // The agent's own pause is the agent's record, not the fleet's.
+    expect((await h.get('/audit?scope=agent', key)).json().records.map((r: { agent_id: string; action: string }) => [r.agent_id, r.action])).toEqual([['own', 'pause']])
   })
 
   it('fires the fleet\'s alert levels once per crossing, in their own words', async () => {
@@ -179,6 +191,8 @@ describe('the fleet budget (issue 12)', () => {
     expect(await fleetOf(bob)).toMatchObject({ total_cost_usd: 0, is_paused: true, paused_reason: 'fleet_manual', config: null })
     await h.post('/config/fleet/pause', { is_paused: false }, bob)
     expect((await fleetOf(alice)).is_paused).toBe(true)
-    expect((await h.get('/audit', bob)).json().records.filter((r: { scope: string }) => r.scope === 'fleet')).toHaveLength(2)
+    expect((await h.get('/audit?scope=fleet', bob)).json().records).toHaveLength(2)
+    expect((await h.get('/audit?scope=fleet', alice)).json().records.map((r: { action: string }) => r.action)).toEqual(['alert', 'pause', 'config'])
+    expect((await h.get('/audit?scope=team', alice)).statusCode).toBe(400)
   })
 })

@@ -6,7 +6,7 @@ import { DEFAULT_POLICY, RUNNING, fleetOf, isFleet, type AgentPolicy, type Agent
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody, PolicyBody } from '../schemas/config.ts'
-import { auditRecords, type AuditCursor } from '../storage/audit.ts'
+import { auditRecords, type AuditCursor, type AuditScope } from '../storage/audit.ts'
 import { formatConfig } from '../storage/configs.ts'
 import { agentEvents, agentHasEvents, costByModel, hourlyCost, recentEvents, type StoredEvent } from '../storage/events.ts'
 import { windowStartMs } from '../window.ts'
@@ -135,15 +135,14 @@ export class AgentService {
    * GET /audit (issue 12): the user's audit records, newest first, a page of `limit` and the
    * cursor of the next (null on the last page).
    */
-  async audit(userId: string, q: { agentId?: string; before?: AuditCursor; limit: number }) {
+  async audit(userId: string, q: { agentId?: string; scope?: AuditScope; before?: AuditCursor; limit: number }) {
     const rows = await auditRecords(this.#d.clickhouse, { userId, ...q })
     const last = rows.at(-1)
     return {
       records: rows.map((r) => ({
         at: new Date(r.at).toISOString(),
         agent_id: r.agent_id === '' ? null : r.agent_id,
-        // What the record is of: an agent, the user's fleet (its budget: the agent '', types.ts FLEET), or the user (keys).
-        scope: r.agent_id !== '' ? 'agent' : r.action.startsWith('key_') ? 'user' : 'fleet',
+        scope: r.scope,
         action: r.action,
         reason: r.reason,
         actor: r.actor,

@@ -57,8 +57,8 @@ export const agentsRoutes =
     })
 
     app.get('/audit', opts, async (request) => {
-      const { agent_id, limit, before } = parse(auditQuery, request.query, 'invalid_query')
-      return agents.audit(principal(request).userId, { agentId: agent_id, limit, before })
+      const { agent_id, scope, limit, before } = parse(auditQuery, request.query, 'invalid_query')
+      return agents.audit(principal(request).userId, { agentId: agent_id, scope, limit, before })
     })
 
     app.get('/agents/:agent_id/hourly', opts, async (request) => {

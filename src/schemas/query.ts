@@ -1,4 +1,5 @@
 import { z } from 'zod'
+import { AUDIT_SCOPES } from '../storage/audit.ts'
 import { agentId } from './event.ts'
 
 /** An integer query parameter: digits only (no "1e3", no "12abc"), within bounds. */
@@ -28,6 +29,7 @@ const AUDIT_CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z)_(\d{1,20})_
 /** GET /audit (issue 12): `before` is a next_before cursor, or an ISO time (records strictly older). */
 export const auditQuery = z.strictObject({
   agent_id: agentId.optional(),
+  scope: z.enum(AUDIT_SCOPES).optional(),
   limit: intParam(1, 1000, 100),
   before: z
     .union([

@@ -9,14 +9,24 @@ export interface AuditRow {
   seq: string
   id: string
   agent_id: string
+  scope: AuditScope
   action: string
   reason: string
   actor: string
   details: string
 }
 
+export const AUDIT_SCOPES = ['agent', 'fleet', 'user'] as const
+export type AuditScope = (typeof AUDIT_SCOPES)[number]
+
+/**
+ * What a record is of: an agent, the user's fleet (the agent '' of its rows: hot-state/types.ts
+ * FLEET), or the user (keys, whose records also have agent_id '').
+ */
+const SCOPE = "multiIf(agent_id != '', 'agent', startsWith(action, 'key_'), 'user', 'fleet')"
+
 const row = z
-  .object({ at_text: z.string(), seq_text: z.string(), id_text: z.string(), agent_id: z.string(), action: z.string(), reason: z.string(), actor: z.string(), details: z.string() })
+  .object({ at_text: z.string(), seq_text: z.string(), id_text: z.string(), agent_id: z.string(), scope: z.enum(AUDIT_SCOPES), action: z.string(), reason: z.string(), actor: z.string(), details: z.string() })
   .transform(({ at_text, seq_text, id_text, ...r }) => ({ ...r, at: chDateTimeToMs(at_text), seq: seq_text, id: id_text }))
 
 /** Where a page of the audit log starts: older than a time, or than a record (its time, seq and id). */
@@ -26,12 +36,12 @@ export interface AuditCursor {
 }
 
 /**
- * A user's audit records, newest first: of one agent or all, strictly older than `before`.
+ * A user's audit records, newest first: of one agent, of one scope or all, strictly older than `before`.
  * The table's order (user_id, at, seq, id) lets ClickHouse read a page from the newest end.
  */
 export function auditRecords(
   client: ClickHouseClient,
-  q: { userId: string; agentId?: string; before?: AuditCursor; limit: number },
+  q: { userId: string; agentId?: string; scope?: AuditScope; before?: AuditCursor; limit: number },
 ): Promise<AuditRow[]> {
   const before = q.before
     ? q.before.after === null
@@ -41,12 +51,13 @@ export function auditRecords(
   return select(
     client,
     // Aliases of their own: ClickHouse would read an alias named \`at\` in WHERE as the text.
-    `SELECT toString(at) AS at_text, toString(seq) AS seq_text, toString(id) AS id_text, agent_id, action, reason, actor, details
+    `SELECT toString(at) AS at_text, toString(seq) AS seq_text, toString(id) AS id_text, agent_id, ${SCOPE} AS scope, action, reason, actor, details
      FROM audit_log
-     WHERE user_id = {user:String} ${q.agentId === undefined ? '' : 'AND agent_id = {agent:String}'} ${before}
+     WHERE user_id = {user:String} ${q.agentId === undefined ? '' : 'AND agent_id = {agent:String}'}
+       ${q.scope === undefined ? '' : `AND ${SCOPE} = {scope:String}`} ${before}
      ORDER BY at DESC, seq DESC, id DESC
      LIMIT {limit:UInt32}`,
-    { user: q.userId, agent: q.agentId, before_at: q.before?.at, before_seq: q.before?.after?.seq, before_id: q.before?.after?.id, limit: q.limit },
+    { user: q.userId, agent: q.agentId, scope: q.scope, before_at: q.before?.at, before_seq: q.before?.after?.seq, before_id: q.before?.after?.id, limit: q.limit },
     row,
   )
 }
