@@ -84,6 +84,30 @@ class BudgetTest(unittest.TestCase):
         self.assertEqual(S.api.agent(agent)["llm_calls"], 2)
         self.assertEqual(self.errors, [])
 
+    def test_a_fleet_budget_stops_every_agent_of_the_user_with_its_reason(self) -> None:
+        """Issue 12: fleet_budget is a pause like any other; refresh() sees the fleet resumed."""
+        assert S.server is not None
+        from .support import Api
+
+        key = S.server.create_key(unique("fleet-user"))
+        api = Api(S.url, key)
+        self.assertEqual(api.call("POST", "/config/fleet", {"cost_threshold_usd": 0.01})[0], 200)
+        first = Burnrate(base_url=S.url, api_key=key, agent_id="one", on_error=self.errors.append)
+        second = Burnrate(base_url=S.url, api_key=key, agent_id="two", on_error=self.errors.append)
+        self.assertIs(first.llm_call("gpt-4o", GPT4O_IN, GPT4O_OUT), True)
+        self.assertIsNone(first.paused_reason)
+        self.assertIs(second.llm_call("gpt-4o", GPT4O_IN, GPT4O_OUT), False)  # 0.015 of 0.01
+        self.assertEqual((second.paused, second.paused_reason), (True, "fleet_budget"))
+        self.assertIs(first.llm_call("gpt-4o", GPT4O_IN, GPT4O_OUT), False)
+        self.assertEqual(first.paused_reason, "fleet_budget")
+        self.assertIs(first.tool_call("search"), False)
+        # An operator resumes the fleet by hand: refresh() sees it, and the agent reports again.
+        self.assertEqual(api.call("POST", "/config/fleet/pause", {"is_paused": False})[1], {"ok": True, "is_paused": False})
+        self.assertIs(first.refresh(), False)
+        self.assertIsNone(first.paused_reason)
+        self.assertIs(first.llm_call("gpt-4o", GPT4O_IN, GPT4O_OUT), True)
+        self.assertEqual(self.errors, [])
+
     def test_remaining_projection_and_on_alert_once_per_level(self) -> None:
         """Issue 12: what is left, when it runs out, and each alert level crossed told once."""
         agent = unique("alerts")

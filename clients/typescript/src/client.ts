@@ -82,6 +82,7 @@ export class Burnrate {
   private pendingConfig: Record<string, unknown> | null
   private configuring: Promise<boolean> | undefined
   private isPaused = false
+  private reason: string | null = null
   private last: EventResponse | undefined
 
   constructor(options: BurnrateOptions) {
@@ -152,6 +153,14 @@ export class Burnrate {
     return this.isPaused
   }
 
+  /**
+   * Why the agent is paused, as burnrate said: 'budget' or 'manual' (its own), 'fleet_budget'
+   * or 'fleet_manual' (its user's fleet budget); null while it runs. Every reason stops it alike.
+   */
+  get pausedReason(): string | null {
+    return this.isPaused ? this.reason : null
+  }
+
   /** The last answer to POST /events (cost, 24 h total, duplicate), if any. */
   get lastResponse(): EventResponse | undefined {
     return this.last
@@ -187,7 +196,10 @@ export class Burnrate {
         throw new BurnrateError('burnrate POST /events: the answer has no paused flag', { operation: 'event', code: 'invalid_response', status: answer.status, retryable: false, eventId: body.event_id })
       }
       this.last = r as unknown as EventResponse
-      if (r.paused) this.isPaused = true
+      if (r.paused) {
+        this.isPaused = true
+        this.reason = typeof r.paused_reason === 'string' ? r.paused_reason : null
+      }
       delivered = true
       if (Array.isArray(r.alerts) && r.alerts.length > 0 && this.onAlert) this.tellAlert({ levels: r.alerts as number[], response: this.last })
     } catch (err) {
@@ -266,8 +278,10 @@ export class Burnrate {
       })
       if (answer.status === 404) {
         this.isPaused = false
+        this.reason = null
       } else if (isObject(answer.body) && typeof answer.body.is_paused === 'boolean') {
         this.isPaused = answer.body.is_paused
+        this.reason = this.isPaused && typeof answer.body.paused_reason === 'string' ? answer.body.paused_reason : null
       } else {
         throw new BurnrateError('burnrate GET /agents/{agent_id}: the answer has no is_paused flag', { operation: 'refresh', code: 'invalid_response', status: answer.status, retryable: false })
       }

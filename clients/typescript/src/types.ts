@@ -56,6 +56,11 @@ export interface EventResponse {
   event_id: string
   cost_usd: number
   paused: boolean
+  /**
+   * Why it is paused: 'budget' or 'manual' (the agent's own), 'fleet_budget' or
+   * 'fleet_manual' (its user's fleet); null while it runs. Any pause stops the client.
+   */
+  paused_reason: string | null
   total_cost_24h: number
   /** The budget minus the 24 h total (negative when over it). */
   remaining_usd: number

@@ -28,6 +28,7 @@ const CALL_NANO = 7_500_000
 const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
 
 let server: ServerProcess
+let dataDir: string
 let key: string
 let receiver: Receiver
 const proxies: Proxy[] = []
@@ -35,7 +36,7 @@ const proxies: Proxy[] = []
 beforeAll(async () => {
   const pricesFile = join(freshDataDir(), 'prices.json')
   writeFileSync(pricesFile, JSON.stringify(PRICES))
-  const dataDir = freshDataDir()
+  dataDir = freshDataDir()
   server = await startServe(dataDir, { PRICES_FILE: pricesFile, WEBHOOK_ALLOW_PRIVATE: 'true', CONFIG_RATE_LIMIT: '100000', READS_RATE_LIMIT: '100000' })
   key = (await createKey(dataDir, 'alice', ['--rate-limit', '100000'])).key
   receiver = await startReceiver()
@@ -185,6 +186,25 @@ describe('start-up config and the pause signal', () => {
     expect(errors).toEqual([])
     expect(() => make(id, { alertAt: [1] })).toThrow(TypeError)
     expect(() => make(id, { alertAt: [0.5, 0.5] })).toThrow(TypeError)
+  })
+
+  it('stops every agent of a user over its fleet budget, says why, and runs again once the fleet is resumed (issue 12)', async () => {
+    const fleetKey = (await createKey(dataDir, agentName('fleet-user'), ['--rate-limit', '100000'])).key
+    expect((await api(server.url, 'POST', '/config/fleet', fleetKey, { cost_threshold_usd: 0.01 })).status).toBe(200)
+    const { c: one, errors } = make('one', { apiKey: fleetKey })
+    const { c: two } = make('two', { apiKey: fleetKey, onError: (e) => errors.push(e) })
+    expect(await one.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(one.pausedReason).toBeNull()
+    expect(await two.llmCall('gpt-4o', CALL)).toBe(false) // 0.015 of 0.01
+    expect([two.paused, two.pausedReason]).toEqual([true, 'fleet_budget'])
+    expect(await one.llmCall('gpt-4o', CALL)).toBe(false)
+    expect(one.pausedReason).toBe('fleet_budget')
+    expect(await one.toolCall('search')).toBe(false)
+    expect((await api(server.url, 'POST', '/config/fleet/pause', fleetKey, { is_paused: false })).body).toEqual({ ok: true, is_paused: false })
+    expect(await one.refresh()).toBe(false)
+    expect(one.pausedReason).toBeNull()
+    expect(await one.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(errors).toEqual([])
   })
 
   it('after an operator resumes the agent, refresh() sees it and send() reports again', async () => {

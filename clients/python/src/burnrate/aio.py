@@ -68,6 +68,10 @@ class AsyncBurnrate:
         return self._client.paused
 
     @property
+    def paused_reason(self) -> Optional[str]:
+        return self._client.paused_reason
+
+    @property
     def last_response(self) -> Optional[Dict[str, Any]]:
         return self._client.last_response
 

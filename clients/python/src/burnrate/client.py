@@ -136,6 +136,7 @@ class Burnrate:
         self._lock = threading.Lock()
         self._config_lock = threading.Lock()
         self._paused = False
+        self._paused_reason: Optional[str] = None
         self._last_response: Optional[Dict[str, Any]] = None
         self._config_pending = self._config is not None
 
@@ -157,6 +158,13 @@ class Burnrate:
         """True once burnrate answered paused; cleared only by refresh()/wait_until_resumed()."""
         with self._lock:
             return self._paused
+
+    @property
+    def paused_reason(self) -> Optional[str]:
+        """Why the agent is paused: "budget" or "manual" (its own), "fleet_budget" or
+        "fleet_manual" (its user's fleet budget); None while it runs. Every reason stops it alike."""
+        with self._lock:
+            return self._paused_reason if self._paused else None
 
     @property
     def last_response(self) -> Optional[Dict[str, Any]]:
@@ -219,6 +227,8 @@ class Burnrate:
             self._last_response = answer
             if answer["paused"]:
                 self._paused = True
+                reason = answer.get("paused_reason")
+                self._paused_reason = reason if isinstance(reason, str) else None
         alerts = answer.get("alerts")
         if self._on_alert is not None and isinstance(alerts, list) and alerts:
             try:
@@ -291,8 +301,11 @@ class Burnrate:
                 self._report(err)
                 return self.paused
             paused = False  # No events and no config: nothing can have paused it.
+            answer = {}
+        reason = answer.get("paused_reason")
         with self._lock:
             self._paused = paused
+            self._paused_reason = reason if paused and isinstance(reason, str) else None
         return paused
 
     def wait_until_resumed(self, poll_interval: float = 5.0, timeout: Optional[float] = None) -> bool:
