@@ -254,9 +254,11 @@ export class MemoryHotState implements HotState {
     }
   }
 
-  /** How many agents are held (for tests and metrics). */
+  /** How many agents are held, fleets not counted (for tests and metrics; a walk over the users). */
   get size(): number {
-    return this.#agents.size
+    let agents = 0
+    for (const ofUser of this.#byUser.values()) agents += ofUser.size
+    return agents
   }
 
   async ping(): Promise<void> {}

@@ -467,7 +467,7 @@ describe('memory hot state', () => {
     const later = T0 + 24 * 60 * MINUTE_MS
     // Each event visits a bounded number of agents; enough events visit them all.
     await recordAll(hs, Array.from({ length: 60 }, () => ev(1, later, { agentId: 'live' })), later)
-    expect(hs.size).toBe(3) // 'kept' (configured), 'live' and their user's fleet
+    expect(hs.size).toBe(2) // 'kept' (configured) and 'live'
   })
 
   it('restore replaces the state (never adds to it), counts each id once, and acts on a stored crossing and journals it', async () => {
