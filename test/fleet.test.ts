@@ -121,10 +121,11 @@ describe('the fleet budget (issue 12)', () => {
     const user = unique('u')
     const key = await h.key(user)
     await h.post('/config/fleet', { cost_threshold_usd: 0.04, slack_webhook_url: receiver.url, alert_at: [0.5] }, key)
-    const alerts = []
-    for (const agent of ['a', 'b', 'c', 'd']) alerts.push((await h.post('/events', llmCall(agent), key)).json().alerts)
-    // The answer's alerts are the agent's and its fleet's: 0.5 of the fleet's 0.04 at the third call.
-    expect(alerts).toEqual([[], [], [0.5], []])
+    const answers = []
+    for (const agent of ['a', 'b', 'c', 'd']) answers.push((await h.post('/events', llmCall(agent), key)).json())
+    // 0.5 of the fleet's 0.04 at the third call, in the answer's fleet_alerts; `alerts` are the agent's own.
+    expect(answers.map((a) => a.fleet_alerts)).toEqual([[], [], [0.5], []])
+    expect(answers.map((a) => a.alerts)).toEqual([[], [], [], []])
     expect((await fleetOf(key)).alerts_reached).toEqual([0.5])
     await h.services.webhooks.drain()
     const mine = receiver.messages.filter((m) => m.text.includes(user)).map((m) => m.text)

@@ -115,7 +115,7 @@ describe('two instances, one Redis', () => {
     // 13 * 0.0075 = 0.0975 <= 0.1: the 14th event, whichever it is, pauses the fleet and every agent of it.
     expect(answers.filter((r) => r.paused)).toHaveLength(40 - 13)
     expect(new Set(answers.filter((r) => r.paused).map((r) => r.paused_reason))).toEqual(new Set(['fleet_budget']))
-    expect(answers.filter((r) => r.alerts.length > 0).map((r) => r.alerts)).toEqual([[0.5]])
+    expect(answers.filter((r) => r.fleet_alerts.length > 0).map((r) => r.fleet_alerts)).toEqual([[0.5]])
     expect((await b.get('/fleet', key)).json()).toMatchObject({ is_paused: true, paused_reason: 'fleet_budget', llm_calls: 40 })
     expect((await a.get('/fleet', key)).json().total_cost_usd).toBeCloseTo(40 * LLM_CALL_USD, 12)
 

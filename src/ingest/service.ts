@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Clock } from '../clock.ts'
-import type { HotState, PausedReason } from '../hot-state/types.ts'
+import { isFleet, type BudgetAlert, type HotState, type PausedReason } from '../hot-state/types.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
 import { monotonicMicros } from '../storage/version.ts'
@@ -19,8 +19,10 @@ export interface IngestReply {
   thresholdNano: number
   /** When the total reaches the threshold at the last hour's rate, epoch ms, or null (never). */
   exhaustionAt: number | null
-  /** The alert levels this event crossed (issue 12). */
-  alerts: number[]
+  /** The alert levels of the agent's own budget this event crossed (issue 12). */
+  alerts: readonly number[]
+  /** The alert levels of its fleet's budget this event crossed. */
+  fleetAlerts: readonly number[]
   duplicate: boolean
 }
 
@@ -66,6 +68,13 @@ export class IngestService {
       announceAlerts(step.alerts, this.#d.log, this.#d.notifier)
     }
     const { costNano, paused, pausedReason, totalNano, thresholdNano, exhaustionAt } = step
-    return { eventId, costNano, paused, pausedReason, totalNano, thresholdNano, exhaustionAt, alerts: step.alerts.map((a) => a.level), duplicate: !step.counted }
+    return { eventId, costNano, paused, pausedReason, totalNano, thresholdNano, exhaustionAt, alerts: levelsOf(step.alerts, false), fleetAlerts: levelsOf(step.alerts, true), duplicate: !step.counted }
   }
+}
+
+const NONE: readonly number[] = Object.freeze([])
+
+function levelsOf(alerts: readonly BudgetAlert[], fleet: boolean): readonly number[] {
+  // Almost every event fires none: no array of its own for it.
+  return alerts.length === 0 ? NONE : alerts.filter((a) => isFleet(a) === fleet).map((a) => a.level)
 }

@@ -22,6 +22,7 @@ export const eventsRoutes =
         remaining_usd: nanoToUsd(reply.thresholdNano - reply.totalNano),
         projected_exhaustion_at: isoOrNull(reply.exhaustionAt),
         alerts: reply.alerts,
+        fleet_alerts: reply.fleetAlerts,
         ...(reply.duplicate ? { duplicate: true } : {}),
       }
     })

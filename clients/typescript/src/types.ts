@@ -68,6 +68,8 @@ export interface EventResponse {
   projected_exhaustion_at: string | null
   /** The alert levels (fractions of the budget) this event took the total to or past. */
   alerts: number[]
+  /** The alert levels of its user's fleet budget this event took the fleet's total to or past. */
+  fleet_alerts: number[]
   /** Present (true) when the event_id had been accepted before: counted once. */
   duplicate?: true
 }
