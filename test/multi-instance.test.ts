@@ -6,6 +6,7 @@ import { startRedis } from './helpers/redis.ts'
 import { toChDateTime64us } from '../src/storage/clickhouse.ts'
 import type { EventRow } from '../src/storage/events.ts'
 import { RedisHotState } from '../src/hot-state/redis.ts'
+import { FLEET } from '../src/hot-state/types.ts'
 import { agentLoader } from '../src/ingest/rebuild.ts'
 import { RedisJournal } from '../src/journal/redis-streams.ts'
 import { DEFAULT_PARTITIONS } from '../src/storage/redis-keys.ts'
@@ -66,6 +67,17 @@ async function storedRows(agentId: string, userId: string): Promise<number> {
   return Number((await rs.json<{ n: string }>())[0]!.n)
 }
 
+/** Budget pauses stored for the agent (the fleet: FLEET, ''), once both instances shipped. */
+async function budgetPauses(userId: string, agentId: string): Promise<number> {
+  await Promise.all([a.flush(), b.flush()])
+  const rs = await a.services.clickhouse.query({
+    query: "SELECT count() AS n FROM pause_transitions WHERE user_id = {u:String} AND agent_id = {a:String} AND reason = 'budget'",
+    query_params: { u: userId, a: agentId },
+    format: 'JSONEachRow',
+  })
+  return Number((await rs.json<{ n: string }>())[0]!.n)
+}
+
 describe('two instances, one Redis', () => {
   it('count concurrent events of one agent exactly, pause it once, alert once per level, and send one webhook each', async () => {
     const user = unique('u')
@@ -95,13 +107,7 @@ describe('two instances, one Redis', () => {
     expect(mine.filter((m) => m.text.includes('reached 50 %'))).toHaveLength(1)
     expect(mine.filter((m) => m.text.includes('reached 80 %'))).toHaveLength(1)
     expect(mine).toHaveLength(3)
-    await Promise.all([a.flush(), b.flush()])
-    const rs = await a.services.clickhouse.query({
-      query: "SELECT count() AS n FROM pause_transitions WHERE agent_id = {a:String} AND reason = 'budget'",
-      query_params: { a: agent },
-      format: 'JSONEachRow',
-    })
-    expect(await rs.json()).toEqual([{ n: '1' }])
+    expect(await budgetPauses(user, agent)).toBe(1)
     expect(await storedRows(agent, user)).toBe(40)
   })
 
@@ -124,13 +130,7 @@ describe('two instances, one Redis', () => {
     expect(mine.filter((m) => m.includes('paused every agent'))).toHaveLength(1)
     expect(mine.filter((m) => m.includes('reached 50 %'))).toHaveLength(1)
     expect(mine).toHaveLength(2)
-    await Promise.all([a.flush(), b.flush()])
-    const rs = await a.services.clickhouse.query({
-      query: "SELECT count() AS n FROM pause_transitions WHERE user_id = {u:String} AND agent_id = '' AND reason = 'budget'",
-      query_params: { u: user },
-      format: 'JSONEachRow',
-    })
-    expect(await rs.json()).toEqual([{ n: '1' }])
+    expect(await budgetPauses(user, FLEET)).toBe(1)
   })
 
   it('show a pause set through one instance on the other', async () => {
