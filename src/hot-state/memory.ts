@@ -121,7 +121,7 @@ export class MemoryHotState implements HotState {
     if (fired.length === 0) return
     const budget = this.#budget(agent, now)
     for (const level of fired) {
-      alerts.push({ ...ref, at: now, version: nextVersion(now), level, ...budget, webhookUrl: agent.policy.webhookUrl })
+      alerts.push({ userId: ref.userId, agentId: ref.agentId, at: now, version: nextVersion(now), level, ...budget, webhookUrl: agent.policy.webhookUrl })
     }
   }
 

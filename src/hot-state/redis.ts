@@ -393,7 +393,7 @@ function pauseOf(reason: PauseReason | ''): PauseState {
 function alertsOf(ref: AgentRef, now: number, fired: FiredReply, budget: Pick<BudgetAlert, 'totalNano' | 'thresholdNano' | 'exhaustionAt'>, webhook: string | null): BudgetAlert[] {
   const alerts: BudgetAlert[] = []
   for (let i = 0; i < fired.length; i += 2) {
-    alerts.push({ ...ref, at: now, version: Number(fired[i + 1]), level: Number(fired[i]), ...budget, webhookUrl: webhook || null })
+    alerts.push({ userId: ref.userId, agentId: ref.agentId, at: now, version: Number(fired[i + 1]), level: Number(fired[i]), ...budget, webhookUrl: webhook || null })
   }
   return alerts
 }
