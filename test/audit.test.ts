@@ -62,6 +62,8 @@ describe('GET /audit (issue 12)', () => {
       slack_webhook_url: expect.stringMatching(/^https:\/\/hooks\.example\.com\//),
       auto_resume: false,
       alert_at: [0.8],
+      velocity_limit_usd: null,
+      velocity_window_minutes: 5,
     })
     expect(records[4]!.details).toEqual({ old: null, new: shown(0.01) })
     expect(records[3]!.details).toEqual({ old: shown(0.01), new: shown(0.02) })

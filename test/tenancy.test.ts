@@ -173,6 +173,8 @@ describe('one user\'s writes never change another user\'s agent of the same id',
       slack_webhook_url: 'https://hooks.example.com/…sera',
       auto_resume: false,
       alert_at: [0.8],
+      velocity_limit_usd: null,
+      velocity_window_minutes: 5,
     })
     expect((await h.get(`/agents/${AGENT}`, b.key)).json().config).toMatchObject({ cost_threshold_usd: 0.000001, slack_webhook_url: 'https://hooks.example.com/…serb' })
   })

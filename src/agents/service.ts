@@ -55,6 +55,13 @@ export class AgentService {
       autoResume: body.auto_resume ?? current?.autoResume ?? false,
       webhookUrl,
       alertAt: body.alert_at ?? current?.alertAt ?? DEFAULT_POLICY.alertAt,
+      velocityLimitNano:
+        body.velocity_limit_usd !== undefined
+          ? body.velocity_limit_usd === null
+            ? null
+            : usdToNano(body.velocity_limit_usd)
+          : (current?.velocityLimitNano ?? DEFAULT_POLICY.velocityLimitNano),
+      velocityWindowMinutes: body.velocity_window_minutes ?? current?.velocityWindowMinutes ?? DEFAULT_POLICY.velocityWindowMinutes,
     }
     await hotState.setPolicy(ref, policy, clock.now(), actor)
   }

@@ -183,7 +183,7 @@ export class MemoryHotState implements HotState {
     this.#mustHaveRoom()
     const agent = this.#entry(ref)
     agent.window.expire(minuteOf(now))
-    const next = manual(agent.pause, paused, agent.window.totalNano, agent.policy)
+    const next = manual(agent.pause, paused, agent.window.totalNano, spentNano(agent, now), agent.policy)
     if (!next) {
       // Already so: answer once what made it so is on disk.
       await this.#journal.synced()
@@ -285,10 +285,14 @@ export class MemoryHotState implements HotState {
   }
 
   #evaluate(ref: AgentRef, agent: AgentEntry, now: number, mayPause: boolean): Transition | null {
-    const next = evaluate(agent.pause, agent.window.totalNano, agent.policy, mayPause)
+    const spent = spentNano(agent, now)
+    const next = evaluate(agent.pause, agent.window.totalNano, spent, agent.policy, mayPause)
     if (!next) return null
     agent.pause = next.state
-    return transitionOf(ref, agent, now, next.reason)
+    const transition = transitionOf(ref, agent, now, next.reason)
+    const limit = agent.policy.velocityLimitNano
+    if (next.reason === 'velocity' && limit !== null) transition.velocity = { spentNano: spent, limitNano: limit, windowMinutes: agent.policy.velocityWindowMinutes }
+    return transition
   }
 
   /**
@@ -350,6 +354,12 @@ function snapshotOf(agent: AgentEntry): AgentSnapshot {
     policy: agent.policy,
     configured: agent.configured,
   }
+}
+
+/** The spend in the agent's velocity window (issue 13: at most 60 buckets read); 0 without a limit. */
+function spentNano(agent: AgentEntry, now: number): Nano {
+  const { velocityLimitNano, velocityWindowMinutes } = agent.policy
+  return velocityLimitNano === null ? 0 : agent.window.spentInLast(velocityWindowMinutes, minuteOf(now))
 }
 
 function transitionOf(ref: AgentRef, agent: AgentEntry, now: number, reason: TransitionReason, actor = SYSTEM_ACTOR): Transition {

@@ -1,29 +1,36 @@
 import type { Nano } from '../money.ts'
-import type { AgentPolicy, PausedReason, PauseState, TransitionReason } from './types.ts'
+import type { AgentPolicy, PausedReason, PauseReason, PauseState, TransitionReason } from './types.ts'
 
 /**
  * The budget rules of SPEC.md 3 and DECISIONS.md, as one pure function both hot-state
- * implementations follow branch for branch (the Redis Lua script mirrors it).
+ * implementations follow branch for branch (the Redis Lua script mirrors it). `spentNano` is
+ * the spend in the policy's velocity window (0 when it has no velocity limit).
  *
- * - A manual override ends once the total is at or below the threshold.
- * - With auto_resume, an agent paused by its budget runs again at or below the threshold.
- * - When `mayPause`, a running agent without override whose total is strictly above the
- *   threshold is paused by its budget. Only ingestion (and a rebuild) may pause: reads
- *   never start a pause nor send a notification.
+ * - A manual override ends once the total is at or below the threshold and the spend at or
+ *   below the velocity limit.
+ * - With auto_resume, an agent paused by its budget runs again at or below the threshold. A
+ *   velocity pause never resumes on its own (issue 13).
+ * - When `mayPause`, a running agent without override is paused: by its budget when its total
+ *   is strictly above the threshold, else by its velocity when its spend in the window is
+ *   strictly above the limit. Only ingestion (and a rebuild) may pause: reads never start a
+ *   pause nor send a notification.
  */
 export function evaluate(
   state: PauseState,
   totalNano: Nano,
+  spentNano: Nano,
   policy: AgentPolicy,
   mayPause: boolean,
 ): { state: PauseState; reason: TransitionReason } | null {
   const under = totalNano <= policy.thresholdNano
-  if (state.override && under) return { state: { ...state, override: false }, reason: 'override_cleared' }
+  const slow = policy.velocityLimitNano === null || spentNano <= policy.velocityLimitNano
+  if (state.override && under && slow) return { state: { ...state, override: false }, reason: 'override_cleared' }
   if (state.paused && state.reason === 'budget' && policy.autoResume && under) {
     return { state: { paused: false, reason: null, override: false }, reason: 'auto_resume' }
   }
-  if (mayPause && !state.paused && !state.override && !under) {
-    return { state: { paused: true, reason: 'budget', override: false }, reason: 'budget' }
+  if (mayPause && !state.paused && !state.override && !(under && slow)) {
+    const reason = under ? 'velocity' : 'budget'
+    return { state: { paused: true, reason, override: false }, reason }
   }
   return null
 }
@@ -67,13 +74,15 @@ export function carryAlerts(alerted: number, from: readonly number[], to: readon
 
 /**
  * A manual pause holds until a manual resume (so pausing an agent its budget paused makes
- * the pause manual: auto-resume no longer ends it); a resume over budget overrides auto-pause.
+ * the pause manual: auto-resume no longer ends it); a resume over budget or over the velocity
+ * limit overrides auto-pause (evaluate says until when).
  */
-export function manual(state: PauseState, paused: boolean, totalNano: Nano, policy: AgentPolicy): PauseState | null {
-  if (state.paused === paused && !(paused && state.reason === 'budget')) return null
+export function manual(state: PauseState, paused: boolean, totalNano: Nano, spentNano: Nano, policy: AgentPolicy): PauseState | null {
+  if (state.paused === paused && !(paused && state.reason !== 'manual')) return null
+  const fast = policy.velocityLimitNano !== null && spentNano > policy.velocityLimitNano
   return paused
     ? { paused: true, reason: 'manual', override: false }
-    : { paused: false, reason: null, override: totalNano > policy.thresholdNano }
+    : { paused: false, reason: null, override: totalNano > policy.thresholdNano || fast }
 }
 
 /**
@@ -82,8 +91,10 @@ export function manual(state: PauseState, paused: boolean, totalNano: Nano, poli
  */
 export function pausedBy(agent: PauseState, fleet: PauseState): { paused: boolean; pausedReason: PausedReason | null } {
   if (agent.paused) return { paused: true, pausedReason: agent.reason }
-  if (fleet.paused) return { paused: true, pausedReason: fleet.reason === 'manual' ? 'fleet_manual' : 'fleet_budget' }
+  if (fleet.paused) return { paused: true, pausedReason: FLEET_REASONS[fleet.reason ?? 'budget'] }
   return NOT_PAUSED
 }
 
 const NOT_PAUSED = Object.freeze({ paused: false, pausedReason: null })
+
+const FLEET_REASONS = { budget: 'fleet_budget', velocity: 'fleet_velocity', manual: 'fleet_manual' } as const satisfies Record<PauseReason, PausedReason>

@@ -125,14 +125,21 @@ export class RedisHotState implements HotState {
   /** get(), and the projection's reads only `withSpend` (a listing of 10,000 agents has no use for them). */
   async #read(ref: AgentRef, now: number, withSpend: boolean): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
     const [s, t, spend] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...head, withSpend ? 1 : 0))) as GetReply
-    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt] = s
+    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt, vlimit, vwindow] = s
     return {
       snapshot: {
         active: active === 1,
         totalNano: Number(total),
         llmCalls: Number(calls),
         pause: { paused: paused === 1, reason: reason === '' ? null : (reason as PauseReason), override: override === 1 },
-        policy: { thresholdNano: Number(threshold), autoResume: autoResume === 1, webhookUrl: webhook, alertAt: alertAt.split(',').filter(Boolean).map(Number) },
+        policy: {
+          thresholdNano: Number(threshold),
+          autoResume: autoResume === 1,
+          webhookUrl: webhook,
+          alertAt: alertAt.split(',').filter(Boolean).map(Number),
+          velocityLimitNano: Number(vlimit) > 0 ? Number(vlimit) : null,
+          velocityWindowMinutes: vwindow,
+        },
         configured: configured === 1,
       },
       transition: t ? transitionOf(ref, now, t) : null,
@@ -180,6 +187,8 @@ export class RedisHotState implements HotState {
         actor,
         row.shown,
         policy.alertAt.join(','),
+        String(policy.velocityLimitNano ?? 0),
+        policy.velocityWindowMinutes,
       ),
     )) as [TransitionReply | false]
     return t ? transitionOf(ref, now, t, actor) : null
@@ -278,6 +287,8 @@ export class RedisHotState implements HotState {
         configured: load.policy ? '1' : '0',
         shown: load.policy ? shownConfig(load.policy) : false,
         alert_at: policy.alertAt.join(','),
+        vlimit: String(policy.velocityLimitNano ?? 0),
+        vwindow: policy.velocityWindowMinutes,
       },
       pause: { paused: pause.paused ? '1' : '0', reason: pause.reason ?? '', override: pause.override ? '1' : '0' },
     }
@@ -368,8 +379,8 @@ type Arg = string | number | string[]
 /** The commands defineCommand adds to the client (ioredis calls them by EVALSHA, EVAL on NOSCRIPT). */
 type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>>
 
-/** {reason, paused, override, total, threshold, webhook, version} from lib.lua transition(). */
-type TransitionReply = [TransitionReason, number, number, string, string, string | null, string]
+/** {reason, paused, override, total, threshold, webhook, version, spent, vlimit, vwindow} from lib.lua transition(). */
+type TransitionReply = [TransitionReason, number, number, string, string, string | null, string, string, string, number]
 /** lib.lua spend(): the last 60 minutes' cost, and [hour, cost, …] oldest first. */
 type SpendReply = [string, string[]]
 /** The alerts an event fired: [level, version, …]. */
@@ -378,7 +389,7 @@ type FiredReply = string[]
 type FleetReply = [PauseReason | '', string, string, string | null, TransitionReply[], FiredReply, SpendReply | false]
 /** record.lua: counted, total, pause reason, cost, threshold, spend, alerts fired, webhook, fleet, transitions. */
 type RecordReply = [number, string, PauseReason | '', string, string, SpendReply, FiredReply, string | null, FleetReply, ...TransitionReply[]]
-type GetReply = [[string, string, number, string, number, string, number, string | null, number, number, string], TransitionReply | null, SpendReply | false]
+type GetReply = [[string, string, number, string, number, string, number, string | null, number, number, string, string, number], TransitionReply | null, SpendReply | false]
 
 function spendOf(total: string, [lastHour, hours]: SpendReply): Spend {
   return { totalNano: Number(total), lastHourNano: Number(lastHour), hours: hours.map(Number) }
@@ -403,7 +414,7 @@ function agentId(ref: AgentRef): string {
 }
 
 function transitionOf(ref: AgentRef, now: number, t: TransitionReply, actor = SYSTEM_ACTOR): Transition {
-  const [reason, paused, override, total, threshold, webhook, version] = t
+  const [reason, paused, override, total, threshold, webhook, version, spent, vlimit, vwindow] = t
   return {
     userId: ref.userId,
     agentId: ref.agentId,
@@ -416,6 +427,7 @@ function transitionOf(ref: AgentRef, now: number, t: TransitionReply, actor = SY
     totalNano: Number(total),
     thresholdNano: Number(threshold),
     webhookUrl: webhook ?? null,
+    ...(reason === 'velocity' ? { velocity: { spentNano: Number(spent), limitNano: Number(vlimit), windowMinutes: vwindow } } : {}),
   }
 }
 

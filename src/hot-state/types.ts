@@ -9,7 +9,13 @@ export interface AgentPolicy {
   webhookUrl: string | null
   /** Alert levels, fractions of the threshold in (0, 1), ascending, at most five (issue 12). */
   alertAt: readonly number[]
+  /** Spend-velocity limit (issue 13): over this much in `velocityWindowMinutes`, a pause; null: none. */
+  velocityLimitNano: Nano | null
+  /** The velocity limit's window, 1 to 60 minutes. */
+  velocityWindowMinutes: number
 }
+
+export const DEFAULT_VELOCITY_WINDOW_MINUTES = 5
 
 export const DEFAULT_ALERT_AT: readonly number[] = Object.freeze([0.8])
 
@@ -20,6 +26,8 @@ export const DEFAULT_POLICY: AgentPolicy = Object.freeze({
   autoResume: false,
   webhookUrl: null,
   alertAt: DEFAULT_ALERT_AT,
+  velocityLimitNano: null,
+  velocityWindowMinutes: DEFAULT_VELOCITY_WINDOW_MINUTES,
 })
 
 /**
@@ -45,22 +53,28 @@ export const FLEET_DEFAULT_POLICY: AgentPolicy = Object.freeze({
   autoResume: false,
   webhookUrl: null,
   alertAt: Object.freeze([]) as readonly number[],
+  velocityLimitNano: null,
+  velocityWindowMinutes: DEFAULT_VELOCITY_WINDOW_MINUTES,
 })
 
 export function defaultPolicy(ref: AgentRef): AgentPolicy {
   return isFleet(ref) ? FLEET_DEFAULT_POLICY : DEFAULT_POLICY
 }
 
-export type PauseReason = 'budget' | 'manual'
+/** budget: over the daily threshold; velocity: over the spend-velocity limit (issue 13); manual: by hand. */
+export type PauseReason = 'budget' | 'velocity' | 'manual'
 
 /** Why an agent is paused, as the API says it: its own state's reason, or its fleet's. */
-export type PausedReason = PauseReason | 'fleet_budget' | 'fleet_manual'
+export type PausedReason = PauseReason | 'fleet_budget' | 'fleet_velocity' | 'fleet_manual'
 
 export interface PauseState {
   paused: boolean
   /** Why it is paused; null while running. */
   reason: PauseReason | null
-  /** A manual resume over budget: auto-pause is suppressed until the total is back under the threshold. */
+  /**
+   * A manual resume over budget (or over the velocity limit): auto-pause is suppressed until
+   * the total is back under the threshold and the spend under the velocity limit.
+   */
   override: boolean
 }
 
@@ -69,7 +83,7 @@ export const RUNNING: PauseState = Object.freeze({ paused: false, reason: null, 
 /** The actor of what the budget rules do on their own (audit log). */
 export const SYSTEM_ACTOR = 'system'
 
-export type TransitionReason = 'budget' | 'manual' | 'auto_resume' | 'override_cleared' | 'threshold_changed'
+export type TransitionReason = 'budget' | 'velocity' | 'manual' | 'auto_resume' | 'override_cleared' | 'threshold_changed'
 
 /** A change of pause state, persisted to pause_transitions. */
 export interface Transition {
@@ -87,6 +101,8 @@ export interface Transition {
   /** The policy in force when it happened (for the notification; not persisted). */
   thresholdNano: Nano
   webhookUrl: string | null
+  /** For a velocity pause: the spend in the velocity window, the limit and the window (its message). */
+  velocity?: { spentNano: Nano; limitNano: Nano; windowMinutes: number }
 }
 
 export interface AgentRef {

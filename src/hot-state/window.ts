@@ -80,10 +80,15 @@ export class RollingWindow {
 
   /** Spent in the 60 minutes up to `nowMinute` (the buckets newer than nowMinute - 60). */
   lastHourNano(nowMinute: number): Nano {
+    return this.spentInLast(60, nowMinute)
+  }
+
+  /** Spent in the `minutes` minutes up to `nowMinute` (the buckets newer than nowMinute - minutes): at most that many buckets read. */
+  spentInLast(minutes: number, nowMinute: number): Nano {
     let sum = 0
     for (let n = this.#size - 1; n >= 0; n--) {
       const i = this.#slot(n)
-      if (this.#meta[2 * i]! <= nowMinute - 60) break
+      if (this.#meta[2 * i]! <= nowMinute - minutes) break
       sum += this.#costs[i]!
     }
     return sum

@@ -3,11 +3,11 @@ import { isFleet, type BudgetAlert, type Transition } from '../hot-state/types.t
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
 
-/** Logs each budget pause among `transitions` and sends its chat message (the others send none). */
+/** Logs each budget or velocity pause among `transitions` and sends its chat message (the others send none). */
 export function announceBudgetPauses(transitions: readonly Transition[], log: { info(obj: object, msg: string): void }, notifier: PauseNotifier): void {
   for (const t of transitions) {
-    if (t.reason !== 'budget') continue
-    log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano) }, isFleet(t) ? 'fleet paused by its budget' : 'agent paused by its budget')
+    if (t.reason !== 'budget' && t.reason !== 'velocity') continue
+    log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano) }, `${isFleet(t) ? 'fleet' : 'agent'} paused by its ${t.reason === 'budget' ? 'budget' : 'velocity limit'}`)
     notifier.budgetPaused(t)
   }
 }
@@ -45,6 +45,9 @@ export class WebhookPauseNotifier implements PauseNotifier {
       agentId: isFleet(t) ? null : t.agentId,
       totalUsd: nanoToUsd(t.totalNano),
       thresholdUsd: nanoToUsd(t.thresholdNano),
+      ...(t.velocity
+        ? { velocity: { spentUsd: nanoToUsd(t.velocity.spentNano), limitUsd: nanoToUsd(t.velocity.limitNano), windowMinutes: t.velocity.windowMinutes } }
+        : {}),
       at: new Date(t.at),
     })
   }

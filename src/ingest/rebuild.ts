@@ -2,7 +2,7 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { MemoryHotState } from '../hot-state/memory.ts'
 import { fingerprint } from '../hot-state/dedup.ts'
 import { isFleet, type AgentLoad, type AgentLoader, type AgentPolicy, type AgentRef, type PauseState, type Transition } from '../hot-state/types.ts'
-import { allConfigs, type ConfigRow } from '../storage/configs.ts'
+import { allConfigs, policyOf } from '../storage/configs.ts'
 import { fleetMinutes, scanWindow, seenEvents, windowMinutes } from '../storage/events.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
 import type { JournalEntry } from '../journal/types.ts'
@@ -147,10 +147,7 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
   return loads
 }
 
-function policyOf(c: ConfigRow): AgentPolicy {
-  return { thresholdNano: c.threshold_nano, autoResume: c.auto_resume, webhookUrl: c.slack_webhook_url, alertAt: c.alert_at }
-}
 
 function pauseOf(p: Pick<LatestTransition, 'is_paused' | 'reason' | 'override'>): PauseState {
-  return { paused: p.is_paused, reason: p.is_paused ? (p.reason === 'manual' ? 'manual' : 'budget') : null, override: p.override }
+  return { paused: p.is_paused, reason: p.is_paused ? (p.reason === 'manual' || p.reason === 'velocity' ? p.reason : 'budget') : null, override: p.override }
 }

@@ -14,6 +14,8 @@ export interface PauseNotice {
   /** Rolling 24 h total that crossed the threshold, in USD. */
   totalUsd: number
   thresholdUsd: number
+  /** A velocity pause (issue 13): the spend within the last `windowMinutes`, over `limitUsd`. */
+  velocity?: { spentUsd: number; limitUsd: number; windowMinutes: number }
   at: Date
 }
 
@@ -81,6 +83,15 @@ function utcSeconds(at: Date): string {
 
 export function pauseMessage(notice: PauseNotice): ChatMessage {
   const what = notice.agentId === null ? `every agent of user ${label(notice.userId)}: the fleet's` : `agent ${label(notice.agentId)}: its`
+  const v = notice.velocity
+  if (v) {
+    const minutes = v.windowMinutes === 1 ? 'minute' : `${v.windowMinutes} minutes`
+    return {
+      text:
+        `burnrate paused ${what} spend of the last ${minutes}, ${formatUsd(v.spentUsd)}, went over its limit of ` +
+        `${formatUsd(v.limitUsd)} per ${minutes}: it stays paused until resumed by hand (${utcSeconds(notice.at)}).`,
+    }
+  }
   return {
     text:
       `burnrate paused ${what} 24 h spend ${formatUsd(notice.totalUsd)} ` +

@@ -16,6 +16,9 @@ const policyFields = {
     .refine((levels) => new Set(levels).size === levels.length, 'must not repeat a level')
     .transform((levels) => [...levels].sort((a, b) => a - b))
     .optional(),
+  // Issue 13: a pause when more than this is spent within the last velocity_window_minutes; null: none.
+  velocity_limit_usd: z.number().gt(0, 'must be > 0').max(1_000_000, 'must be <= 1000000').nullable().optional(),
+  velocity_window_minutes: z.number().int('must be an integer').min(1, 'must be 1 to 60').max(60, 'must be 1 to 60').optional(),
 }
 
 type Aliased = { slack_webhook_url?: string | null; chat_webhook_url?: string | null }

@@ -16,6 +16,8 @@ const latestRow = z.object({
   slack_webhook_url: z.string().nullable(),
   auto_resume: z.coerce.boolean(),
   alert_at: z.array(z.coerce.number()),
+  velocity_limit_nano: int,
+  velocity_window_minutes: int,
   last_updated_at: z.string(),
   last_version: z.coerce.number().int(),
 }).transform(({ last_updated_at, last_version, ...r }) => ({ ...r, updated_at: last_updated_at, version: last_version }))
@@ -28,6 +30,9 @@ export interface ConfigRow {
   slack_webhook_url: string | null
   auto_resume: boolean
   alert_at: readonly number[]
+  /** 0: no velocity limit (sql/0014). */
+  velocity_limit_nano: Nano
+  velocity_window_minutes: number
   updated_at: string
   version: number
 }
@@ -49,6 +54,8 @@ export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number, act
     slack_webhook_url: policy.webhookUrl,
     auto_resume: policy.autoResume,
     alert_at: policy.alertAt,
+    velocity_limit_nano: policy.velocityLimitNano ?? 0,
+    velocity_window_minutes: policy.velocityWindowMinutes,
     updated_at: toChDateTime(nowMs),
     version: nextVersion(nowMs),
     actor,
@@ -64,6 +71,8 @@ export function formatConfig(p: AgentPolicy) {
     slack_webhook_url: p.webhookUrl === null ? null : maskWebhookUrl(p.webhookUrl),
     auto_resume: p.autoResume,
     alert_at: p.alertAt,
+    velocity_limit_usd: p.velocityLimitNano === null ? null : nanoToUsd(p.velocityLimitNano),
+    velocity_window_minutes: p.velocityWindowMinutes,
   }
 }
 
@@ -83,6 +92,8 @@ const LATEST = `SELECT user_id, agent_id,
     nullIf(argMax(ifNull(slack_webhook_url, ''), version), '') AS slack_webhook_url,
     argMax(auto_resume, version) AS auto_resume,
     argMax(alert_at, version) AS alert_at,
+    argMax(velocity_limit_nano, version) AS velocity_limit_nano,
+    argMax(velocity_window_minutes, version) AS velocity_window_minutes,
     toString(argMax(updated_at, version)) AS last_updated_at,
     max(version) AS last_version
   FROM agent_configs`
@@ -100,4 +111,16 @@ export async function getConfig(client: ClickHouseClient, userId: string, agentI
 /** Every agent's current config, or those of a batch of agents, for rebuilding the hot state. */
 export function allConfigs(client: ClickHouseClient, refs?: readonly AgentRef[]): Promise<ConfigRow[]> {
   return select(client, `${LATEST} WHERE 1 ${agentsFilter(refs)} GROUP BY user_id, agent_id`, agentsParams(refs), latestRow)
+}
+
+/** The policy a stored config row holds. */
+export function policyOf(c: ConfigRow): AgentPolicy {
+  return {
+    thresholdNano: c.threshold_nano,
+    autoResume: c.auto_resume,
+    webhookUrl: c.slack_webhook_url,
+    alertAt: c.alert_at,
+    velocityLimitNano: c.velocity_limit_nano > 0 ? c.velocity_limit_nano : null,
+    velocityWindowMinutes: c.velocity_window_minutes,
+  }
 }

@@ -291,7 +291,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     const later = T0 + 1440 * MINUTE_MS
     await hs.record(ev(1, later), later) // the total fell back under: the override ends on its own
     const rows = (await journaled()).filter((r) => r.table !== 'events' && r.table !== 'budget_alerts')
-    const shown = (usd: number, webhook: string | null) => ({ cost_threshold_usd: usd, slack_webhook_url: webhook, auto_resume: false, alert_at: [0.8] })
+    const shown = (usd: number, webhook: string | null) => ({ cost_threshold_usd: usd, slack_webhook_url: webhook, auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5 })
     const configs = rows
       .filter((r) => r.table === 'agent_configs')
       .map((r) => ({ actor: r.row.actor, shown: JSON.parse(r.row.shown as string), replaced: r.row.replaced }))
@@ -348,6 +348,57 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     for (let i = 0; i < 5; i++) versions.push((await hs.setPaused(ref, i % 2 === 0, T0, 'key-1'))!.version)
     expect([...versions].sort((x, y) => x - y)).toEqual(versions)
     expect(new Set(versions).size).toBe(5)
+  })
+
+  describe('the spend-velocity limit (issue 13)', () => {
+    const fast = (o: Partial<AgentPolicy> = {}) => policy(100, { velocityLimitNano: 2 * USD, velocityWindowMinutes: 5, alertAt: [], ...o })
+    const at = (minute: number) => T0 + minute * MINUTE_MS
+
+    it('pauses on the event that takes the spend of the window strictly over the limit, and not the same spend spread out', async () => {
+      const { hs, journaled } = await make()
+      await hs.setPolicy(ref, fast(), T0, 'key-1')
+      const spread = { userId: 'u', agentId: 'spread' }
+      // A daily budget the day never reaches; a limit under two events' spend.
+      await hs.setPolicy(spread, fast({ thresholdNano: 1000 * USD, velocityLimitNano: 1.5 * USD }), T0, 'key-1')
+      await journaled()
+      // 1 USD a minute: 2 USD in the window is at the limit, the third is over it.
+      const burst = []
+      for (const m of [0, 1, 2]) burst.push(await hs.record(ev(USD, at(m)), at(m)))
+      expect(burst.map((r) => r.pausedReason)).toEqual([null, null, 'velocity'])
+      expect(burst[2]!.transitions).toEqual([
+        expect.objectContaining({ reason: 'velocity', paused: true, velocity: { spentNano: 3 * USD, limitNano: 2 * USD, windowMinutes: 5 } }),
+      ])
+      expect((await journaled()).filter((r) => r.table === 'pause_transitions').map((r) => r.row.reason)).toEqual(['velocity'])
+      // The same 1 USD every 5 minutes, over a day: the window never holds two of them (minute 0
+      // is not in the 5 minutes up to minute 5).
+      for (let m = 0; m < 1440; m += 5) {
+        const r = await hs.record(ev(USD, at(m), { agentId: 'spread' }), at(m))
+        if (r.paused) throw new Error(`paused at minute ${m}: ${r.pausedReason}`)
+      }
+      expect((await hs.get(spread, at(1439))).snapshot).toMatchObject({ totalNano: 288 * USD, pause: { paused: false } })
+    })
+
+    it('holds until a manual resume (never auto-resumes); a resume while still fast overrides until the spend falls back', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(ref, fast({ autoResume: true }), T0, 'key-1')
+      for (const m of [0, 0, 0]) await hs.record(ev(USD, at(m)), at(m))
+      expect((await hs.get(ref, at(60))).snapshot.pause).toEqual({ paused: true, reason: 'velocity', override: false })
+      // Resumed within the window that paused it: the override keeps it running.
+      expect(await hs.setPaused(ref, false, at(1), 'key-2')).toMatchObject({ paused: false, override: true })
+      expect((await hs.record(ev(USD, at(2)), at(2))).paused).toBe(false)
+      // Once the window's spend is back under the limit the override ends, and a new burst pauses again.
+      const later = await hs.record(ev(USD, at(10)), at(10))
+      expect(later.transitions.map((t) => t.reason)).toEqual(['override_cleared'])
+      expect((await hs.record(ev(2 * USD, at(11)), at(11))).pausedReason).toBe('velocity')
+    })
+
+    it('a fleet over its velocity limit pauses every agent of the user', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(fleetOf('u'), fast(), T0, 'key-1')
+      const r = await recordAll(hs, ['a', 'b', 'c'].map((agentId) => ev(USD, T0, { agentId })))
+      expect(r.map((x) => x.pausedReason)).toEqual([null, null, 'fleet_velocity'])
+      expect(r[2]!.transitions.map((t) => [t.agentId, t.reason])).toEqual([['', 'velocity']])
+    })
   })
 
   describe('the fleet budget (issue 12)', () => {

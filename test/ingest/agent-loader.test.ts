@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { fleetOf } from '../../src/hot-state/types.ts'
+import { DEFAULT_POLICY, fleetOf } from '../../src/hot-state/types.ts'
 import { agentLoader } from '../../src/ingest/rebuild.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { configRow, upsertConfig } from '../../src/storage/configs.ts'
@@ -28,7 +28,7 @@ beforeAll(async () => {
     eventRow({ user_id: 'u2', agent_id: 'b', event_id: id(), at: NOW - 120_000, cost_nano: 11 }),
     eventRow({ user_id: 'u2', agent_id: 'b', event_id: id(), at: NOW - 25 * 3_600_000, cost_nano: 1000 }), // out of the window
   ])
-  await upsertConfig(clickhouse, configRow({ userId: 'u2', agentId: 'b' }, { thresholdNano: 3, webhookUrl: null, autoResume: true, alertAt: [0.8] }, NOW, 'system'))
+  await upsertConfig(clickhouse, configRow({ userId: 'u2', agentId: 'b' }, { ...DEFAULT_POLICY, thresholdNano: 3, autoResume: true }, NOW, 'system'))
 })
 afterAll(() => clickhouse?.close())
 
@@ -58,7 +58,7 @@ describe('loading agents from ClickHouse', () => {
       eventRow({ user_id: 'f', agent_id: 'y', event_id: id(), at: NOW - 60_000, cost_nano: 7 }),
       eventRow({ user_id: 'f', agent_id: 'y', event_id: id(), at: NOW - 180_000, cost_nano: 2 }),
     ])
-    await upsertConfig(clickhouse, configRow(fleetOf('f'), { thresholdNano: 20, webhookUrl: null, autoResume: false, alertAt: [0.5] }, NOW, 'key-1'))
+    await upsertConfig(clickhouse, configRow(fleetOf('f'), { ...DEFAULT_POLICY, thresholdNano: 20, alertAt: [0.5] }, NOW, 'key-1'))
     const load = agentLoader(clickhouse)
     const [fleet, x, other] = await Promise.all([load(fleetOf('f'), NOW), load({ userId: 'f', agentId: 'x' }, NOW), load(fleetOf('u1'), NOW)])
     expect(load.stats.batches).toBe(1)
@@ -69,7 +69,7 @@ describe('loading agents from ClickHouse', () => {
         { minute: minute - 1, costNano: 12, llmCalls: 2 },
       ],
       seen: [],
-      policy: { thresholdNano: 20, webhookUrl: null, autoResume: false, alertAt: [0.5] },
+      policy: { ...DEFAULT_POLICY, thresholdNano: 20, alertAt: [0.5] },
       pause: null,
     })
     expect(x!.minutes).toEqual([{ minute: minute - 1, costNano: 5, llmCalls: 1 }])

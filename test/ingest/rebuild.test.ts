@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { MemoryHotState } from '../../src/hot-state/memory.ts'
-import { fleetOf } from '../../src/hot-state/types.ts'
+import { DEFAULT_POLICY, fleetOf } from '../../src/hot-state/types.ts'
 import { rebuildHotState } from '../../src/ingest/rebuild.ts'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
@@ -24,7 +24,7 @@ beforeAll(async () => {
 })
 afterAll(() => clickhouse?.close())
 
-const policy = (usd: number) => ({ thresholdNano: usd * 1e9, webhookUrl: null, autoResume: false, alertAt: [0.8] })
+const policy = (usd: number) => ({ ...DEFAULT_POLICY, thresholdNano: usd * 1e9 })
 const transition = (agentId: string, paused: boolean, at: number) =>
   transitionRow({ userId: 'u', agentId, at, version: 0, actor: 'key-1', paused, reason: 'manual', override: false, totalNano: 0, thresholdNano: 0, webhookUrl: null })
 

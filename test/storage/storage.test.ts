@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprint } from '../../src/hot-state/dedup.ts'
+import { DEFAULT_POLICY } from '../../src/hot-state/types.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { configRow, getConfig, upsertConfig } from '../../src/storage/configs.ts'
 import {
@@ -146,8 +147,8 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
 
   it('reads the newest config, even for two writes in one millisecond', async () => {
     const ref = { userId: 'u', agentId: 'cfg' }
-    await upsertConfig(client, configRow(ref, { thresholdNano: 1, webhookUrl: 'https://hooks.example.com/x', autoResume: false, alertAt: [0.8] }, T, 'system'))
-    await upsertConfig(client, configRow(ref, { thresholdNano: 2, webhookUrl: null, autoResume: false, alertAt: [0.8] }, T, 'system'))
+    await upsertConfig(client, configRow(ref, { ...DEFAULT_POLICY, thresholdNano: 1, webhookUrl: 'https://hooks.example.com/x' }, T, 'system'))
+    await upsertConfig(client, configRow(ref, { ...DEFAULT_POLICY, thresholdNano: 2 }, T, 'system'))
     expect(await getConfig(client, 'u', 'cfg')).toMatchObject({ threshold_nano: 2, slack_webhook_url: null })
     expect(await getConfig(client, 'v', 'cfg')).toBeNull()
   })

@@ -154,8 +154,9 @@ export class Burnrate {
   }
 
   /**
-   * Why the agent is paused, as burnrate said: 'budget' or 'manual' (its own), 'fleet_budget'
-   * or 'fleet_manual' (its user's fleet budget); null while it runs. Every reason stops it alike.
+   * Why the agent is paused, as burnrate said: 'budget', 'velocity' or 'manual' (its own),
+   * 'fleet_budget', 'fleet_velocity' or 'fleet_manual' (its user's fleet budget); null while it
+   * runs. Every reason stops it alike.
    */
   get pausedReason(): string | null {
     return this.isPaused ? this.reason : null

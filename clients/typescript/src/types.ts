@@ -57,8 +57,8 @@ export interface EventResponse {
   cost_usd: number
   paused: boolean
   /**
-   * Why it is paused: 'budget' or 'manual' (the agent's own), 'fleet_budget' or
-   * 'fleet_manual' (its user's fleet); null while it runs. Any pause stops the client.
+   * Why it is paused: 'budget', 'velocity' or 'manual' (the agent's own), 'fleet_budget',
+   * 'fleet_velocity' or 'fleet_manual' (its user's fleet); null while it runs. Any pause stops the client.
    */
   paused_reason: string | null
   total_cost_24h: number

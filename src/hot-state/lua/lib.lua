@@ -6,7 +6,9 @@
 --             threshold, auto_resume, webhook (absent when none), configured, version,
 --             shown (the config as the audit log shows it, storage/configs.ts), hours,
 --             alert_at (levels, comma-separated, ascending; absent: the default 0.8),
---             alerted (a bit per level: fired and not re-armed, policy.ts evaluateAlerts)
+--             alerted (a bit per level: fired and not re-armed, policy.ts evaluateAlerts),
+--             vlimit, vwindow (the velocity limit, nano-USD, 0 or absent: none; its window in
+--             minutes, issue 13)
 -- KEYS[2] :w  hash of minute buckets: c<minute> = cost (nano-USD), n<minute> = llm calls,
 --             and h<hour> = the cost of the buckets of each UTC hour (the projection's)
 -- KEYS[3] :m  list of the bucket minutes, oldest first (RPUSH new, LPOP expired: amortised O(1))
@@ -62,7 +64,8 @@ end
 -- nil when it is not loaded (the caller answers NEEDS_LOAD, and nothing was written).
 local function read_state(a, w, m, members)
   local v = redis.call('HMGET', a, 'total', 'calls', 'paused', 'reason', 'override',
-    'threshold', 'auto_resume', 'webhook', 'configured', 'hours', 'alert_at', 'alerted', 'loaded')
+    'threshold', 'auto_resume', 'webhook', 'configured', 'hours', 'alert_at', 'alerted', 'loaded',
+    'vlimit', 'vwindow')
   if v[13] ~= '1' then return nil end
   if not v[10] then sum_hours(a, w, m) end
   local levels = {}
@@ -74,6 +77,7 @@ local function read_state(a, w, m, members)
     paused = v[3] == '1', reason = v[4] or '', override = v[5] == '1',
     threshold = tonumber(v[6]), threshold_s = v[6], auto_resume = v[7] == '1',
     webhook = v[8] or false, configured = v[9] == '1', dirty = false,
+    vlimit = tonumber(v[14] or '0'), vwindow = tonumber(v[15] or '5'), spent = 0,
   }
 end
 
@@ -156,19 +160,26 @@ local function add(st, minute, cost, calls)
   st.dirty = true
 end
 
--- What the projection reads (projection.ts Spend, RollingWindow.lastHourNano and hours):
--- {cost of the buckets newer than now_minute - 60, {hour, cost, hour, cost, …} oldest first}.
--- At most 60 buckets and 25 hours: the newest buckets are the list's tail.
-local function spend(st, now_minute)
-  local last, fields = 0, {}
-  local tail = redis.call('LRANGE', st.m, -60, -1)
+-- RollingWindow.spentInLast(): the cost of the buckets newer than now_minute - minutes, at
+-- most `minutes` of them (the newest buckets are the list's tail).
+local function spent_in_last(st, now_minute, minutes)
+  local sum, fields = 0, {}
+  local tail = redis.call('LRANGE', st.m, -minutes, -1)
   for i = #tail, 1, -1 do
-    if tonumber(tail[i]) <= now_minute - 60 then break end
+    if tonumber(tail[i]) <= now_minute - minutes then break end
     fields[#fields + 1] = 'c' .. tail[i]
   end
   if #fields > 0 then
-    for _, c in ipairs(redis.call('HMGET', st.w, unpack(fields))) do last = last + tonumber(c or '0') end
+    for _, c in ipairs(redis.call('HMGET', st.w, unpack(fields))) do sum = sum + tonumber(c or '0') end
   end
+  return sum
+end
+
+-- What the projection reads (projection.ts Spend, RollingWindow.lastHourNano and hours):
+-- {cost of the buckets newer than now_minute - 60, {hour, cost, hour, cost, …} oldest first}.
+-- At most 60 buckets and 25 hours.
+local function spend(st, now_minute)
+  local last = spent_in_last(st, now_minute, 60)
   local hours = {}
   local first, newest = redis.call('LINDEX', st.m, 0), redis.call('LINDEX', st.m, -1)
   if first then
@@ -185,10 +196,19 @@ local function spend(st, now_minute)
   return { fmt(last), hours }
 end
 
+-- The spend in the state's velocity window (issue 13), kept in st.spent for a transition's
+-- reply; 0 without a limit (nothing read).
+local function velocity(st)
+  if st.vlimit > 0 then st.spent = spent_in_last(st, minute_of(NOW), st.vwindow) else st.spent = 0 end
+  return st.spent
+end
+
 -- policy.ts evaluate(), branch for branch; mutates st and returns the reason, or nil.
 local function evaluate(st, may_pause)
   local under = st.total <= st.threshold
-  if st.override and under then
+  local spent = velocity(st)
+  local slow = st.vlimit == 0 or spent <= st.vlimit
+  if st.override and under and slow then
     st.override = false
     return 'override_cleared'
   end
@@ -196,20 +216,22 @@ local function evaluate(st, may_pause)
     st.paused, st.reason, st.override = false, '', false
     return 'auto_resume'
   end
-  if may_pause and not st.paused and not st.override and not under then
-    st.paused, st.reason, st.override = true, 'budget', false
-    return 'budget'
+  if may_pause and not st.paused and not st.override and not (under and slow) then
+    local reason = under and 'velocity' or 'budget'
+    st.paused, st.reason, st.override = true, reason, false
+    return reason
   end
   return nil
 end
 
 -- policy.ts manual(); mutates st and returns whether the state changed.
 local function manual(st, paused)
-  if st.paused == paused and not (paused and st.reason == 'budget') then return false end
+  if st.paused == paused and not (paused and st.reason ~= 'manual') then return false end
   if paused then
     st.paused, st.reason, st.override = true, 'manual', false
   else
-    st.paused, st.reason, st.override = false, '', st.total > st.threshold
+    local spent = velocity(st)
+    st.paused, st.reason, st.override = false, '', st.total > st.threshold or (st.vlimit > 0 and spent > st.vlimit)
   end
   return true
 end
@@ -237,7 +259,8 @@ local function next_version(st)
 end
 
 -- Journals a change of pause state as its pause_transitions row, and returns it for the
--- caller: {reason, paused, override, total, threshold, webhook, version}. A nil would end
+-- caller: {reason, paused, override, total, threshold, webhook, version, spent, vlimit,
+-- vwindow} (the last three: the velocity window's spend and the limit, for its message). A nil would end
 -- the reply array there, so an absent webhook is false (a nil reply). Versions grow per
 -- agent whatever the callers' clocks do: newest wins at a rebuild. `actor`: the key id of
 -- the request, or 'system' (the audit log's, sql/0012).
@@ -247,7 +270,8 @@ local function transition(st, reason, actor)
   journal('pause_transitions', '{' .. st.members .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
     ',"is_paused":' .. paused .. ',"reason":"' .. reason .. '","override":' .. override ..
     ',"total_nano":' .. fmt(st.total) .. ',"actor":' .. cjson.encode(actor or 'system') .. '}')
-  return { reason, st.paused and 1 or 0, st.override and 1 or 0, fmt(st.total), st.threshold_s, st.webhook or false, fmt(version) }
+  return { reason, st.paused and 1 or 0, st.override and 1 or 0, fmt(st.total), st.threshold_s, st.webhook or false, fmt(version),
+    fmt(st.spent), fmt(st.vlimit), st.vwindow }
 end
 
 -- Journals an alert level crossed (its budget_alerts row) and returns {level, version}.

@@ -5,7 +5,7 @@
 -- ARGV[1] now (ms)  ARGV[2] agent TTL (ms)  ARGV[4..] the fingerprints of seen[1..]
 -- ARGV[3] JSON {minutes: [[minute, cost, calls]] oldest first, seen: [[cost, minute]],
 --   policy: {threshold, auto_resume (0|1), webhook|false, configured (0|1), shown|false,
---     alert_at (comma-separated)},
+--     alert_at (comma-separated), vlimit (0: none), vwindow},
 --   pause: {paused (0|1), reason ('' when running), override (0|1)}}, numbers as strings
 -- Returns 1 when it installed, 0 when the agent was loaded already. The rules do not run:
 -- what a load finds is what was decided, and the next event evaluates as usual.
@@ -30,7 +30,7 @@ local p, q = data.policy, data.pause
 redis.call('HSET', A, 'total', fmt(st.total), 'calls', fmt(st.calls),
   'paused', q.paused, 'reason', q.reason, 'override', q.override,
   'threshold', p.threshold, 'auto_resume', p.auto_resume, 'configured', p.configured,
-  'loaded', '1', 'hours', '1')
+  'loaded', '1', 'hours', '1', 'vlimit', p.vlimit, 'vwindow', p.vwindow)
 if p.webhook then redis.call('HSET', A, 'webhook', p.webhook) end
 if p.shown then redis.call('HSET', A, 'shown', p.shown) end
 -- The levels the total is at count as fired (memory.ts beginRestore says why).

@@ -4,6 +4,7 @@
 -- ARGV[9] auto_resume (0|1)  ARGV[10] webhook url ('' for none)  ARGV[11] the config row (JSON,
 -- without "replaced": the config it replaces is appended here)  ARGV[12] actor (the key id)
 -- ARGV[13] the new config as shown (JSON)  ARGV[14] the alert levels (comma-separated, ascending)
+-- ARGV[15] the velocity limit (nano-USD integer, 0: none)  ARGV[16] its window (minutes)
 -- Returns NEEDS_LOAD, FENCED, FULL, or {transition or false}.
 local closed = journal_closed(true)
 if closed then return closed end
@@ -23,7 +24,7 @@ for level in string.gmatch(ARGV[14], '[^,]+') do
   end
 end
 redis.call('HSET', A, 'threshold', ARGV[8], 'auto_resume', ARGV[9], 'configured', '1', 'shown', ARGV[13],
-  'alert_at', ARGV[14], 'alerted', alerted)
+  'alert_at', ARGV[14], 'alerted', alerted, 'vlimit', ARGV[15], 'vwindow', ARGV[16])
 if ARGV[10] ~= '' then
   st.webhook = ARGV[10]
   redis.call('HSET', A, 'webhook', ARGV[10])

@@ -161,8 +161,9 @@ class Burnrate:
 
     @property
     def paused_reason(self) -> Optional[str]:
-        """Why the agent is paused: "budget" or "manual" (its own), "fleet_budget" or
-        "fleet_manual" (its user's fleet budget); None while it runs. Every reason stops it alike."""
+        """Why the agent is paused: "budget", "velocity" or "manual" (its own), "fleet_budget",
+        "fleet_velocity" or "fleet_manual" (its user's fleet budget); None while it runs. Every
+        reason stops it alike."""
         with self._lock:
             return self._paused_reason if self._paused else None
 
