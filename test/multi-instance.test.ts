@@ -67,12 +67,12 @@ async function storedRows(agentId: string, userId: string): Promise<number> {
   return Number((await rs.json<{ n: string }>())[0]!.n)
 }
 
-/** Budget pauses stored for the agent (the fleet: FLEET, ''), once both instances shipped. */
-async function budgetPauses(userId: string, agentId: string): Promise<number> {
+/** Pauses of a reason stored for the agent (the fleet: FLEET, ''), once both instances shipped. */
+async function pausesStored(userId: string, agentId: string, reason: 'budget' | 'velocity' = 'budget'): Promise<number> {
   await Promise.all([a.flush(), b.flush()])
   const rs = await a.services.clickhouse.query({
-    query: "SELECT count() AS n FROM pause_transitions WHERE user_id = {u:String} AND agent_id = {a:String} AND reason = 'budget'",
-    query_params: { u: userId, a: agentId },
+    query: 'SELECT count() AS n FROM pause_transitions WHERE user_id = {u:String} AND agent_id = {a:String} AND reason = {r:String}',
+    query_params: { u: userId, a: agentId, r: reason },
     format: 'JSONEachRow',
   })
   return Number((await rs.json<{ n: string }>())[0]!.n)
@@ -107,7 +107,7 @@ describe('two instances, one Redis', () => {
     expect(mine.filter((m) => m.text.includes('reached 50 %'))).toHaveLength(1)
     expect(mine.filter((m) => m.text.includes('reached 80 %'))).toHaveLength(1)
     expect(mine).toHaveLength(3)
-    expect(await budgetPauses(user, agent)).toBe(1)
+    expect(await pausesStored(user, agent)).toBe(1)
     expect(await storedRows(agent, user)).toBe(40)
   })
 
@@ -130,7 +130,22 @@ describe('two instances, one Redis', () => {
     expect(mine.filter((m) => m.includes('paused every agent'))).toHaveLength(1)
     expect(mine.filter((m) => m.includes('reached 50 %'))).toHaveLength(1)
     expect(mine).toHaveLength(2)
-    expect(await budgetPauses(user, FLEET)).toBe(1)
+    expect(await pausesStored(user, FLEET)).toBe(1)
+  })
+
+  it('pause a burst of 40 concurrent events over its velocity limit once, whichever instance takes it (issue 13)', async () => {
+    const user = unique('u')
+    const key = await a.key(user)
+    const agent = unique('burst')
+    await a.post('/config', { agent_id: agent, cost_threshold_usd: 100, velocity_limit_usd: 0.1, velocity_window_minutes: 5, alert_at: [], slack_webhook_url: receiver.url }, key)
+    const replies = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).post('/events', llmCall(agent), key)))
+    const answers = replies.map((r) => r.json())
+    // 13 * 0.0075 = 0.0975 <= 0.1: the 14th, whichever it is, goes over the limit.
+    expect(answers.filter((r) => r.paused)).toHaveLength(40 - 13)
+    expect(new Set(answers.filter((r) => r.paused).map((r) => r.paused_reason))).toEqual(new Set(['velocity']))
+    await Promise.all([a.services.webhooks.drain(), b.services.webhooks.drain()])
+    expect(receiver.messages.filter((m) => m.text.includes(agent) && m.text.includes('per 5 minutes'))).toHaveLength(1)
+    expect(await pausesStored(user, agent, 'velocity')).toBe(1)
   })
 
   it('show a pause set through one instance on the other', async () => {
