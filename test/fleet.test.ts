@@ -36,6 +36,7 @@ describe('the fleet budget (issue 12)', () => {
       projected_exhaustion_at: null,
       is_paused: false,
       paused_reason: null,
+      paused_at: null,
       override: false,
       alerts_reached: [],
       config: null,
@@ -82,7 +83,10 @@ describe('the fleet budget (issue 12)', () => {
     })
     const rows = (await h.get('/agents', key)).json().agents
     expect(rows.map((r: { is_paused: boolean; paused_reason: string }) => [r.is_paused, r.paused_reason])).toEqual(Array(4).fill([true, 'fleet_budget']))
-    expect((await h.get('/agents/a', key)).json()).toMatchObject({ is_paused: true, paused_reason: 'fleet_budget' })
+    // When the pause that holds began: the fleet's, at the third call.
+    const pausedAt = new Date(clock.now()).toISOString()
+    expect((await h.get('/agents/a', key)).json()).toMatchObject({ is_paused: true, paused_reason: 'fleet_budget', paused_at: pausedAt })
+    expect((await fleetOf(key)).paused_at).toBe(pausedAt)
 
     await h.services.webhooks.drain()
     const mine = receiver.messages.filter((m) => m.text.includes(user)).map((m) => m.text)

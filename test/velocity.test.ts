@@ -30,6 +30,7 @@ describe('the spend-velocity limit (issue 13)', () => {
     // 0.02 USD per 3 minutes: the third 0.0075 call within them goes over it.
     await h.post('/config', { agent_id: 'loop', velocity_limit_usd: 0.02, velocity_window_minutes: 3, auto_resume: true, slack_webhook_url: receiver.url, alert_at: [] }, key)
     const answers = []
+    const third = clock.now() + 2 * 60_000
     for (let i = 0; i < 3; i++) {
       answers.push((await h.post('/events', llmCall('loop'), key)).json())
       clock.advance(60_000)
@@ -42,6 +43,7 @@ describe('the spend-velocity limit (issue 13)', () => {
     expect((await h.get('/agents/loop', key)).json()).toMatchObject({
       is_paused: true,
       paused_reason: 'velocity',
+      paused_at: new Date(third).toISOString(),
       config: { velocity_limit_usd: 0.02, velocity_window_minutes: 3, auto_resume: true },
     })
     await h.services.webhooks.drain()

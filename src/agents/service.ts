@@ -1,8 +1,8 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
-import { alertsReached, pausedBy } from '../hot-state/policy.ts'
-import { DEFAULT_POLICY, RUNNING, fleetOf, isFleet, type AgentPolicy, type AgentRef, type HotState } from '../hot-state/types.ts'
+import { alertsReached, holdingPause, pausedBy } from '../hot-state/policy.ts'
+import { DEFAULT_POLICY, RUNNING, fleetOf, isFleet, type AgentPolicy, type AgentRef, type HotState, type PauseState } from '../hot-state/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody, PolicyBody } from '../schemas/config.ts'
@@ -91,6 +91,7 @@ export class AgentService {
       projected_exhaustion_at: isoOrNull(exhaustionAt),
       is_paused: paused,
       paused_reason: pausedReason,
+      paused_at: pausedAt(s.pause),
       override: s.pause.override,
       alerts_reached: levelsReached(s.totalNano, s.policy),
       config: s.configured ? formatConfig(s.policy) : null,
@@ -172,6 +173,7 @@ export class AgentService {
     ])
     const { snapshot } = state
     const { paused, pausedReason } = pausedBy(snapshot.pause, fleet.snapshot.pause)
+    const holding = holdingPause(snapshot.pause, fleet.snapshot.pause)
     await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || snapshot.configured)
     const last = events.at(-1)
     return {
@@ -182,6 +184,7 @@ export class AgentService {
       llm_calls: snapshot.llmCalls,
       is_paused: paused,
       paused_reason: pausedReason,
+      paused_at: holding ? pausedAt(holding.pause) : null,
       remaining_usd: nanoToUsd(snapshot.policy.thresholdNano - snapshot.totalNano),
       projected_exhaustion_at: isoOrNull(state.exhaustionAt),
       alerts_reached: levelsReached(snapshot.totalNano, snapshot.policy),
@@ -258,4 +261,9 @@ function levelsReached(totalNano: number, policy: AgentPolicy): readonly number[
 /** A 400 naming the field (DECISIONS.md), for what only the service can check. */
 function invalidField(field: string, message: string): Problem {
   return new Problem('invalid_body', `${field}: ${message}`, { errors: [{ field, message }] })
+}
+
+/** When a pause began, ISO; null while running, or for a pause Redis held from before this was kept (0). */
+function pausedAt(pause: PauseState): string | null {
+  return pause.paused && pause.since > 0 ? new Date(pause.since).toISOString() : null
 }

@@ -183,7 +183,7 @@ export class MemoryHotState implements HotState {
     this.#mustHaveRoom()
     const agent = this.#entry(ref)
     agent.window.expire(minuteOf(now))
-    const next = manual(agent.pause, paused, agent.window.totalNano, spentNano(agent, now), agent.policy)
+    const next = manual(agent.pause, paused, agent.window.totalNano, spentNano(agent, now), agent.policy, now)
     if (!next) {
       // Already so: answer once what made it so is on disk.
       await this.#journal.synced()
@@ -286,7 +286,7 @@ export class MemoryHotState implements HotState {
 
   #evaluate(ref: AgentRef, agent: AgentEntry, now: number, mayPause: boolean): Transition | null {
     const spent = spentNano(agent, now)
-    const next = evaluate(agent.pause, agent.window.totalNano, spent, agent.policy, mayPause)
+    const next = evaluate(agent.pause, agent.window.totalNano, spent, agent.policy, mayPause, now)
     if (!next) return null
     agent.pause = next.state
     const transition = transitionOf(ref, agent, now, next.reason)

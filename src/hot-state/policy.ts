@@ -21,16 +21,17 @@ export function evaluate(
   spentNano: Nano,
   policy: AgentPolicy,
   mayPause: boolean,
+  now: number,
 ): { state: PauseState; reason: TransitionReason } | null {
   const under = totalNano <= policy.thresholdNano
   const slow = policy.velocityLimitNano === null || spentNano <= policy.velocityLimitNano
   if (state.override && under && slow) return { state: { ...state, override: false }, reason: 'override_cleared' }
   if (state.paused && state.reason === 'budget' && policy.autoResume && under) {
-    return { state: { paused: false, reason: null, override: false }, reason: 'auto_resume' }
+    return { state: { paused: false, reason: null, override: false, since: 0 }, reason: 'auto_resume' }
   }
   if (mayPause && !state.paused && !state.override && !(under && slow)) {
     const reason = under ? 'velocity' : 'budget'
-    return { state: { paused: true, reason, override: false }, reason }
+    return { state: { paused: true, reason, override: false, since: now }, reason }
   }
   return null
 }
@@ -77,24 +78,36 @@ export function carryAlerts(alerted: number, from: readonly number[], to: readon
  * the pause manual: auto-resume no longer ends it); a resume over budget or over the velocity
  * limit overrides auto-pause (evaluate says until when).
  */
-export function manual(state: PauseState, paused: boolean, totalNano: Nano, spentNano: Nano, policy: AgentPolicy): PauseState | null {
+export function manual(state: PauseState, paused: boolean, totalNano: Nano, spentNano: Nano, policy: AgentPolicy, now: number): PauseState | null {
   if (state.paused === paused && !(paused && state.reason !== 'manual')) return null
   const fast = policy.velocityLimitNano !== null && spentNano > policy.velocityLimitNano
   return paused
-    ? { paused: true, reason: 'manual', override: false }
-    : { paused: false, reason: null, override: totalNano > policy.thresholdNano || fast }
+    ? { paused: true, reason: 'manual', override: false, since: now }
+    : { paused: false, reason: null, override: totalNano > policy.thresholdNano || fast, since: 0 }
 }
 
 /**
- * An agent is paused when its own state or its fleet's says so (issue 12); its own reason
+ * An agent is paused when its own state or its fleet's says so (issue 12); its own pause
  * comes first, as it outlasts the fleet's (a fleet resumed leaves a paused agent paused).
+ * Returns the pause that holds, null while both run.
  */
-export function pausedBy(agent: PauseState, fleet: PauseState): { paused: boolean; pausedReason: PausedReason | null } {
-  if (agent.paused) return { paused: true, pausedReason: agent.reason }
-  if (fleet.paused) return { paused: true, pausedReason: FLEET_REASONS[fleet.reason ?? 'budget'] }
-  return NOT_PAUSED
+export function holdingPause<T extends Told>(agent: T, fleet: T): { pause: T; fleet: boolean } | null {
+  if (agent.paused) return { pause: agent, fleet: false }
+  if (fleet.paused) return { pause: fleet, fleet: true }
+  return null
+}
+
+/** Whether an agent is paused (holdingPause), and why as the API says it. */
+export function pausedBy(agent: Told, fleet: Told): { paused: boolean; pausedReason: PausedReason | null } {
+  const holding = holdingPause(agent, fleet)
+  if (!holding) return NOT_PAUSED
+  const reason = holding.pause.reason ?? 'budget'
+  return { paused: true, pausedReason: holding.fleet ? FLEET_REASONS[reason] : reason }
 }
 
 const NOT_PAUSED = Object.freeze({ paused: false, pausedReason: null })
+
+/** What an answer tells of a pause state. */
+type Told = Pick<PauseState, 'paused' | 'reason'>
 
 const FLEET_REASONS = { budget: 'fleet_budget', velocity: 'fleet_velocity', manual: 'fleet_manual' } as const satisfies Record<PauseReason, PausedReason>

@@ -125,13 +125,13 @@ export class RedisHotState implements HotState {
   /** get(), and the projection's reads only `withSpend` (a listing of 10,000 agents has no use for them). */
   async #read(ref: AgentRef, now: number, withSpend: boolean): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
     const [s, t, spend] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...head, withSpend ? 1 : 0))) as GetReply
-    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt, vlimit, vwindow] = s
+    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt, vlimit, vwindow, since] = s
     return {
       snapshot: {
         active: active === 1,
         totalNano: Number(total),
         llmCalls: Number(calls),
-        pause: { paused: paused === 1, reason: reason === '' ? null : (reason as PauseReason), override: override === 1 },
+        pause: { paused: paused === 1, reason: reason === '' ? null : (reason as PauseReason), override: override === 1, since: Number(since) },
         policy: {
           thresholdNano: Number(threshold),
           autoResume: autoResume === 1,
@@ -276,7 +276,7 @@ export class RedisHotState implements HotState {
   async #install(ref: AgentRef, load: AgentLoad, now: number): Promise<void> {
     const k = this.#keys(ref)
     const policy = load.policy ?? defaultPolicy(ref)
-    const pause = load.pause ?? { paused: false, reason: null, override: false }
+    const pause = load.pause ?? RUNNING
     const payload = {
       minutes: [...load.minutes].sort((x, y) => x.minute - y.minute).map((m) => [String(m.minute), String(m.costNano), String(m.llmCalls)]),
       seen: load.seen.map((s) => [String(s.costNano), String(s.minute)]),
@@ -290,7 +290,7 @@ export class RedisHotState implements HotState {
         vlimit: String(policy.velocityLimitNano ?? 0),
         vwindow: policy.velocityWindowMinutes,
       },
-      pause: { paused: pause.paused ? '1' : '0', reason: pause.reason ?? '', override: pause.override ? '1' : '0' },
+      pause: { paused: pause.paused ? '1' : '0', reason: pause.reason ?? '', override: pause.override ? '1' : '0', since: String(pause.since) },
     }
     const fingerprints = load.seen.map((s) => eventFingerprint(ref.userId, ref.agentId, s.eventId))
     // An array, not spread: ioredis flattens it, and a busy agent's seen ids can be many.
@@ -389,15 +389,15 @@ type FiredReply = string[]
 type FleetReply = [PauseReason | '', string, string, string | null, TransitionReply[], FiredReply, SpendReply | false]
 /** record.lua: counted, total, pause reason, cost, threshold, spend, alerts fired, webhook, fleet, transitions. */
 type RecordReply = [number, string, PauseReason | '', string, string, SpendReply, FiredReply, string | null, FleetReply, ...TransitionReply[]]
-type GetReply = [[string, string, number, string, number, string, number, string | null, number, number, string, string, number], TransitionReply | null, SpendReply | false]
+type GetReply = [[string, string, number, string, number, string, number, string | null, number, number, string, string, number, string], TransitionReply | null, SpendReply | false]
 
 function spendOf(total: string, [lastHour, hours]: SpendReply): Spend {
   return { totalNano: Number(total), lastHourNano: Number(lastHour), hours: hours.map(Number) }
 }
 
-/** A pause state as a script answers it: its reason, '' when running (the override is not read here). */
-function pauseOf(reason: PauseReason | ''): PauseState {
-  return reason === '' ? RUNNING : { paused: true, reason, override: false }
+/** Whether a state is paused and why, as record.lua answers it: its reason, '' when running. */
+function pauseOf(reason: PauseReason | ''): Pick<PauseState, 'paused' | 'reason'> {
+  return reason === '' ? RUNNING : { paused: true, reason }
 }
 
 /** The alerts of one state (an agent's, a fleet's) an event fired, with that state's budget. */

@@ -76,9 +76,11 @@ export interface PauseState {
    * the total is back under the threshold and the spend under the velocity limit.
    */
   override: boolean
+  /** When the pause began (epoch ms; a manual pause begins anew), 0 while running. */
+  since: number
 }
 
-export const RUNNING: PauseState = Object.freeze({ paused: false, reason: null, override: false })
+export const RUNNING: PauseState = Object.freeze({ paused: false, reason: null, override: false, since: 0 })
 
 /** The actor of what the budget rules do on their own (audit log). */
 export const SYSTEM_ACTOR = 'system'

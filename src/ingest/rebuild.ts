@@ -30,14 +30,14 @@ export async function rebuildHotState(
   const policies = new NewestPerAgent<AgentPolicy>()
   for (const c of configs) policies.offer(c, c.version, policyOf(c))
   const pauseStates = new NewestPerAgent<PauseState>()
-  for (const p of pauses) pauseStates.offer(p, p.version, pauseOf(p))
+  for (const p of pauses) pauseStates.offer(p, p.version, pauseOf(p, p.atMs))
   for await (const { table, row } of unshipped) {
     if (table === 'events') {
       const ref = { userId: row.user_id, agentId: row.agent_id }
       const minute = minuteOf(chDateTimeToMs(row.timestamp))
       restore.event(ref, fingerprint(row.user_id, row.agent_id, row.event_id), row.cost_nano, minute, row.event_type === 'llm_call' ? 1 : 0)
     } else if (table === 'pause_transitions') {
-      pauseStates.offer(row, row.version, pauseOf(row))
+      pauseStates.offer(row, row.version, pauseOf(row, chDateTimeToMs(row.at)))
     } else if (table === 'agent_configs') {
       policies.offer(row, row.version, policyOf(row))
     }
@@ -142,12 +142,18 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
   }
   for (const p of pauses) {
     const l = of(p)
-    if (l) l.pause = pauseOf(p)
+    if (l) l.pause = pauseOf(p, p.atMs)
   }
   return loads
 }
 
 
-function pauseOf(p: Pick<LatestTransition, 'is_paused' | 'reason' | 'override'>): PauseState {
-  return { paused: p.is_paused, reason: p.is_paused ? (p.reason === 'manual' || p.reason === 'velocity' ? p.reason : 'budget') : null, override: p.override }
+/** A stored transition's pause state; a pause began with its newest transition (`atMs`), the pause itself. */
+function pauseOf(p: Pick<LatestTransition, 'is_paused' | 'reason' | 'override'>, atMs: number): PauseState {
+  return {
+    paused: p.is_paused,
+    reason: p.is_paused ? (p.reason === 'manual' || p.reason === 'velocity' ? p.reason : 'budget') : null,
+    override: p.override,
+    since: p.is_paused ? atMs : 0,
+  }
 }

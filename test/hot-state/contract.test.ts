@@ -342,6 +342,20 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect((await journaled()).map((r) => r.row.reason)).toEqual(['manual'])
   })
 
+  it('remembers when a pause began: at the event or the call that paused it, anew for a manual pause, 0 once resumed', async () => {
+    const { hs } = await make()
+    await hs.setPolicy(ref, policy(1, { alertAt: [] }), T0, 'key-1')
+    const later = (minutes: number) => T0 + minutes * MINUTE_MS
+    await hs.record(ev(2 * USD, later(1)), later(1))
+    expect((await hs.get(ref, later(2))).snapshot.pause).toEqual({ paused: true, reason: 'budget', override: false, since: later(1) })
+    await hs.setPaused(ref, true, later(3), 'key-1')
+    expect((await hs.get(ref, later(4))).snapshot.pause).toEqual({ paused: true, reason: 'manual', override: false, since: later(3) })
+    await hs.setPaused(ref, false, later(5), 'key-1')
+    expect((await hs.get(ref, later(6))).snapshot.pause).toEqual({ paused: false, reason: null, override: true, since: 0 })
+    await hs.setPaused(fleetOf('u'), true, later(7), 'key-1')
+    expect((await hs.get(fleetOf('u'), later(8))).snapshot.pause.since).toBe(later(7))
+  })
+
   it('versions an agent\'s transitions in the order they happened', async () => {
     const { hs } = await make()
     const versions = []
@@ -382,7 +396,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       const { hs } = await make()
       await hs.setPolicy(ref, fast({ autoResume: true }), T0, 'key-1')
       for (const m of [0, 0, 0]) await hs.record(ev(USD, at(m)), at(m))
-      expect((await hs.get(ref, at(60))).snapshot.pause).toEqual({ paused: true, reason: 'velocity', override: false })
+      expect((await hs.get(ref, at(60))).snapshot.pause).toEqual({ paused: true, reason: 'velocity', override: false, since: at(0) })
       // Resumed within the window that paused it: the override keeps it running.
       expect(await hs.setPaused(ref, false, at(1), 'key-2')).toMatchObject({ paused: false, override: true })
       expect((await hs.record(ev(USD, at(2)), at(2))).paused).toBe(false)
@@ -437,7 +451,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       expect(r[1]).toMatchObject({ totalNano: 0.6 * USD, thresholdNano: DEFAULT_POLICY.thresholdNano })
       const rows = (await journaled()).filter((x) => x.table === 'pause_transitions')
       expect(rows.map((x) => x.row)).toEqual([expect.objectContaining({ user_id: 'u', agent_id: '', is_paused: true, reason: 'budget', total_nano: 1.2 * USD, actor: 'system' })])
-      expect((await hs.get(fleet, T0)).snapshot.pause).toEqual({ paused: true, reason: 'budget', override: false })
+      expect((await hs.get(fleet, T0)).snapshot.pause).toEqual({ paused: true, reason: 'budget', override: false, since: T0 })
       // The agents' own states are untouched: each is paused by the fleet only.
       expect((await hs.get({ userId: 'u', agentId: 'a' }, T0)).snapshot.pause.paused).toBe(false)
     })
@@ -550,8 +564,8 @@ describe('memory hot state', () => {
     const run = restore.agent(ref)
     run(fingerprint(ref.userId, ref.agentId, 'a'), 2 * USD, Math.floor(T0 / MINUTE_MS), 1)
     restore.policy(ref, policy(1))
-    restore.pause(ref, { paused: false, reason: null, override: true })
+    restore.pause(ref, { paused: false, reason: null, override: true, since: 0 })
     expect(await restore.finish()).toEqual([])
-    expect((await hs.get(ref, T0)).snapshot.pause).toEqual({ paused: false, reason: null, override: true })
+    expect((await hs.get(ref, T0)).snapshot.pause).toEqual({ paused: false, reason: null, override: true, since: 0 })
   })
 })

@@ -149,7 +149,7 @@ describe('redis hot state: two instances on one Redis', () => {
     const a = hot({ prefix: p, loader: countingLoader(), instance: 'a' })
     const b = hot({ redis: await client(), prefix: p, loader: countingLoader(), instance: 'b' })
     expect(await a.setPaused(ref, true, T0, 'key-1')).toMatchObject({ reason: 'manual', paused: true })
-    expect((await b.get(ref, T0)).snapshot.pause).toEqual({ paused: true, reason: 'manual', override: false })
+    expect((await b.get(ref, T0)).snapshot.pause).toEqual({ paused: true, reason: 'manual', override: false, since: T0 })
     expect(await b.setPaused(ref, true, T0, 'key-1')).toBeNull()
     await b.setPaused(ref, false, T0, 'key-1')
     expect((await a.get(ref, T0)).snapshot.pause.paused).toBe(false)

@@ -73,7 +73,7 @@ describe('rebuilding the in-process hot state', () => {
     const transitions = await rebuildHotState(clickhouse, hs, NOW, journal.unshipped())
     expect(transitions.map((t) => [t.userId, t.agentId, t.reason])).toEqual([['fleet-u', '', 'budget']])
     expect((await hs.get(fleetOf('fleet-u'), NOW)).snapshot).toMatchObject({ totalNano: 11e8, llmCalls: 3, configured: true, pause: { paused: true, reason: 'budget' } })
-    expect((await hs.get(fleetOf('paused-u'), NOW)).snapshot.pause).toEqual({ paused: true, reason: 'manual', override: false })
+    expect((await hs.get(fleetOf('paused-u'), NOW)).snapshot.pause).toEqual({ paused: true, reason: 'manual', override: false, since: NOW - 1000 })
     expect((await hs.listAgents('fleet-u', NOW)).map((a) => a.agentId).sort()).toEqual(['a', 'b', 'c'])
     await journal.close()
   })

@@ -8,7 +8,7 @@
 --             alert_at (levels, comma-separated, ascending; absent: the default 0.8),
 --             alerted (a bit per level: fired and not re-armed, policy.ts evaluateAlerts),
 --             vlimit, vwindow (the velocity limit, nano-USD, 0 or absent: none; its window in
---             minutes, issue 13)
+--             minutes, issue 13), paused_at (when the pause began, ms; 0 or absent: running)
 -- KEYS[2] :w  hash of minute buckets: c<minute> = cost (nano-USD), n<minute> = llm calls,
 --             and h<hour> = the cost of the buckets of each UTC hour (the projection's)
 -- KEYS[3] :m  list of the bucket minutes, oldest first (RPUSH new, LPOP expired: amortised O(1))
@@ -65,7 +65,7 @@ end
 local function read_state(a, w, m, members)
   local v = redis.call('HMGET', a, 'total', 'calls', 'paused', 'reason', 'override',
     'threshold', 'auto_resume', 'webhook', 'configured', 'hours', 'alert_at', 'alerted', 'loaded',
-    'vlimit', 'vwindow')
+    'vlimit', 'vwindow', 'paused_at')
   if v[13] ~= '1' then return nil end
   if not v[10] then sum_hours(a, w, m) end
   local levels = {}
@@ -77,7 +77,7 @@ local function read_state(a, w, m, members)
     paused = v[3] == '1', reason = v[4] or '', override = v[5] == '1',
     threshold = tonumber(v[6]), threshold_s = v[6], auto_resume = v[7] == '1',
     webhook = v[8] or false, configured = v[9] == '1', dirty = false,
-    vlimit = tonumber(v[14] or '0'), vwindow = tonumber(v[15] or '5'), spent = 0,
+    vlimit = tonumber(v[14] or '0'), vwindow = tonumber(v[15] or '5'), spent = 0, since = tonumber(v[16] or '0'),
   }
 end
 
@@ -88,7 +88,7 @@ end
 
 local function save_state(st)
   redis.call('HSET', st.a, 'total', fmt(st.total), 'calls', fmt(st.calls), 'paused', b01(st.paused),
-    'reason', st.reason, 'override', b01(st.override), 'alerted', st.alerted)
+    'reason', st.reason, 'override', b01(st.override), 'alerted', st.alerted, 'paused_at', fmt(st.since))
 end
 
 -- policy.ts evaluateAlerts(), level for level: mutates st.alerted and returns the levels
@@ -213,12 +213,12 @@ local function evaluate(st, may_pause)
     return 'override_cleared'
   end
   if st.paused and st.reason == 'budget' and st.auto_resume and under then
-    st.paused, st.reason, st.override = false, '', false
+    st.paused, st.reason, st.override, st.since = false, '', false, 0
     return 'auto_resume'
   end
   if may_pause and not st.paused and not st.override and not (under and slow) then
     local reason = under and 'velocity' or 'budget'
-    st.paused, st.reason, st.override = true, reason, false
+    st.paused, st.reason, st.override, st.since = true, reason, false, NOW
     return reason
   end
   return nil
@@ -228,10 +228,10 @@ end
 local function manual(st, paused)
   if st.paused == paused and not (paused and st.reason ~= 'manual') then return false end
   if paused then
-    st.paused, st.reason, st.override = true, 'manual', false
+    st.paused, st.reason, st.override, st.since = true, 'manual', false, NOW
   else
     local spent = velocity(st)
-    st.paused, st.reason, st.override = false, '', st.total > st.threshold or (st.vlimit > 0 and spent > st.vlimit)
+    st.paused, st.reason, st.override, st.since = false, '', st.total > st.threshold or (st.vlimit > 0 and spent > st.vlimit), 0
   end
   return true
 end

@@ -6,7 +6,8 @@
 -- ARGV[3] JSON {minutes: [[minute, cost, calls]] oldest first, seen: [[cost, minute]],
 --   policy: {threshold, auto_resume (0|1), webhook|false, configured (0|1), shown|false,
 --     alert_at (comma-separated), vlimit (0: none), vwindow},
---   pause: {paused (0|1), reason ('' when running), override (0|1)}}, numbers as strings
+--   pause: {paused (0|1), reason ('' when running), override (0|1), since (ms, 0: running)}},
+--   numbers as strings
 -- Returns 1 when it installed, 0 when the agent was loaded already. The rules do not run:
 -- what a load finds is what was decided, and the next event evaluates as usual.
 if loaded() then return 0 end
@@ -28,7 +29,7 @@ for i = 4, #ARGV do
 end
 local p, q = data.policy, data.pause
 redis.call('HSET', A, 'total', fmt(st.total), 'calls', fmt(st.calls),
-  'paused', q.paused, 'reason', q.reason, 'override', q.override,
+  'paused', q.paused, 'reason', q.reason, 'override', q.override, 'paused_at', q.since,
   'threshold', p.threshold, 'auto_resume', p.auto_resume, 'configured', p.configured,
   'loaded', '1', 'hours', '1', 'vlimit', p.vlimit, 'vwindow', p.vwindow)
 if p.webhook then redis.call('HSET', A, 'webhook', p.webhook) end
