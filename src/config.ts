@@ -32,6 +32,7 @@ const envSchema = z.object({
   SHIP_MAX_ROWS: positiveInt.default(50_000),
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(5000),
   AUTH_FAILURES_PER_MINUTE: positiveInt.default(30),
+  PAUSE_GRACE_MS: z.coerce.number().int().min(0).default(60_000),
   TRUST_PROXY: bool.default(false),
   METRICS_PORT: port.optional(),
 })
@@ -58,6 +59,8 @@ export interface Config {
   /** The shipper: a batch at most this often under load, and at most this many rows. */
   readonly ship: { readonly intervalMs: number; readonly maxRows: number }
   readonly keyCacheTtlMs: number
+  /** How long after a pause an agent's llm_calls may still arrive (in flight) before it counts as ignoring it (issue 13). */
+  readonly pauseGraceMs: number
   /** Failed authentications a client address may make per minute before 429 (per instance). */
   readonly authFailuresPerMinute: number
   readonly trustProxy: boolean
@@ -96,6 +99,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     journal: { fsync: e.JOURNAL_FSYNC, maxRows: e.JOURNAL_MAX_ROWS, leaseMs: e.JOURNAL_LEASE_MS },
     ship: { intervalMs: e.SHIP_INTERVAL_MS, maxRows: e.SHIP_MAX_ROWS },
     keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
+    pauseGraceMs: e.PAUSE_GRACE_MS,
     authFailuresPerMinute: e.AUTH_FAILURES_PER_MINUTE,
     trustProxy: e.TRUST_PROXY,
     metricsPort: e.METRICS_PORT,

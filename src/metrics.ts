@@ -13,6 +13,8 @@ export interface Metrics {
   deadLetters: Counter
   /** Quantities of counted llm_calls that the price data has no price for, by name. */
   unpricedQuantities: Counter<'quantity'>
+  /** Agents flagged for calling the model after their pause and its grace (issue 13), once per pause. */
+  ignoredPauses: Counter
   /** A batch of the journal is in ClickHouse. */
   shipped(s: { rows: number; durationMs: number; waitedMs: number[] }): void
 }
@@ -57,6 +59,11 @@ export function createMetrics(sources: {
       name: 'burnrate_unpriced_quantities_total',
       help: 'Quantities of counted llm_calls (usage objects) that the price data has no price for, by quantity: stored on the event, not charged',
       labelNames: ['quantity'],
+      registers: [registry],
+    }),
+    ignoredPauses: new Counter({
+      name: 'burnrate_ignored_pauses_total',
+      help: 'Agents flagged ignoring_pause: llm_calls kept arriving after their pause and its grace period (once per pause)',
       registers: [registry],
     }),
     deadLetters: new Counter({ name: 'burnrate_ship_dead_letters_total', help: 'Journal rows ClickHouse refused for their content, moved to the dead_letters table', registers: [registry] }),

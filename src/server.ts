@@ -91,7 +91,7 @@ export async function openServices(
     await redisJournal.register()
   }
   const journal = (segmentLog ?? redisJournal)!
-  const memory = segmentLog ? new MemoryHotState(segmentLog) : null
+  const memory = segmentLog ? new MemoryHotState(segmentLog, { graceMs: config.pauseGraceMs }) : null
   const hotState: HotState =
     memory ??
     new RedisHotState({
@@ -99,6 +99,7 @@ export async function openServices(
       journal: redisJournal!,
       loader: agentLoader(clickhouse),
       userAgents: async (userId, now) => (await agentTotals(clickhouse, userId, windowStartMs(now))).map((t) => t.agent_id),
+      graceMs: config.pauseGraceMs,
     })
   const metrics = createMetrics({ journal: segmentLog ?? redisJournal!, agents: () => memory?.size ?? Number.NaN })
   const webhooks = new WebhookNotifier({
@@ -135,6 +136,7 @@ export async function openServices(
     onUnpriced: (quantities) => {
       for (const quantity of quantities) metrics.unpricedQuantities.inc({ quantity })
     },
+    onIgnoredPause: () => metrics.ignoredPauses.inc(),
   })
   if (memory && segmentLog) {
     const transitions = await rebuildHotState(clickhouse, memory, clock.now(), segmentLog.unshipped())

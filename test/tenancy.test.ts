@@ -57,11 +57,11 @@ describe('two users with the same agent_id see only their own data', () => {
   it('GET /agents lists only the caller\'s agent, with the caller\'s totals, threshold and pause flag', async () => {
     const { a, b } = await twoTenants()
     expect((await h.get('/agents', b.key)).json()).toEqual({
-      agents: [{ agent_id: AGENT, total_cost_usd: B_CALL_USD, llm_calls: 1, is_paused: false, paused_reason: null, remaining_usd: left(10, B_CALL_USD), alerts_reached: [] }],
+      agents: [{ agent_id: AGENT, total_cost_usd: B_CALL_USD, llm_calls: 1, is_paused: false, paused_reason: null, remaining_usd: left(10, B_CALL_USD), alerts_reached: [], ignoring_pause: false }],
     })
     expect((await h.get('/agents', a.key)).json()).toEqual({
       agents: [
-        { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 5, is_paused: true, paused_reason: 'manual', remaining_usd: left(5, 2 * LLM_CALL_USD), alerts_reached: [] },
+        { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 5, is_paused: true, paused_reason: 'manual', remaining_usd: left(5, 2 * LLM_CALL_USD), alerts_reached: [], ignoring_pause: false },
       ],
     })
   })
@@ -192,7 +192,7 @@ describe('one user\'s writes never change another user\'s agent of the same id',
       llm_calls: 2,
       is_paused: false,
       paused_reason: null,
-      remaining_usd: left(10, 2 * LLM_CALL_USD), alerts_reached: [],
+      remaining_usd: left(10, 2 * LLM_CALL_USD), alerts_reached: [], ignoring_pause: false,
     })
   })
 
@@ -236,7 +236,7 @@ describe('several keys of one user', () => {
       expect(r2.json(), path).toEqual(r1.json())
     }
     expect((await h.get('/agents', k1)).json().agents).toEqual([
-      { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 7, is_paused: true, paused_reason: 'manual', remaining_usd: left(7, 2 * LLM_CALL_USD), alerts_reached: [] },
+      { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 7, is_paused: true, paused_reason: 'manual', remaining_usd: left(7, 2 * LLM_CALL_USD), alerts_reached: [], ignoring_pause: false },
     ])
     expect((await h.get('/agents/events', k2)).json().events.map((e: { event_id: string }) => e.event_id)).toEqual([second.event_id, first.event_id])
   })

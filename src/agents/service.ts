@@ -1,8 +1,8 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
-import { alertsReached, holdingPause, pausedBy } from '../hot-state/policy.ts'
-import { DEFAULT_POLICY, RUNNING, fleetOf, isFleet, type AgentPolicy, type AgentRef, type HotState, type PauseState } from '../hot-state/types.ts'
+import { alertsReached, holdingPause, ignoring, pausedBy } from '../hot-state/policy.ts'
+import { DEFAULT_POLICY, RUNNING, fleetOf, isFleet, type AgentPolicy, type AgentRef, type HotState, type Ignored, type PauseState } from '../hot-state/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody, PolicyBody } from '../schemas/config.ts'
@@ -113,6 +113,7 @@ export class AgentService {
     // a spread of an optional field made rows of two shapes and took a quarter of the listing.
     return listed.map(({ agentId, snapshot: s }) => {
       const { paused, pausedReason } = pausedBy(s.pause, fleet.pause)
+      const holding = holdingPause(s.pause, fleet.pause)
       return {
         agent_id: agentId,
         total_cost_usd: nanoToUsd(s.totalNano),
@@ -122,6 +123,7 @@ export class AgentService {
         paused_reason: pausedReason,
         remaining_usd: nanoToUsd(s.policy.thresholdNano - s.totalNano),
         alerts_reached: levelsReached(s.totalNano, s.policy),
+        ignoring_pause: ignoring(s.ignored, holding?.pause.since ?? 0),
       }
     })
   }
@@ -185,6 +187,8 @@ export class AgentService {
       is_paused: paused,
       paused_reason: pausedReason,
       paused_at: holding ? pausedAt(holding.pause) : null,
+      // Issue 13: llm_calls that kept coming after the pause that holds and its grace period.
+      ...ignoredOf(snapshot.ignored, holding?.pause.since ?? 0),
       remaining_usd: nanoToUsd(snapshot.policy.thresholdNano - snapshot.totalNano),
       projected_exhaustion_at: isoOrNull(state.exhaustionAt),
       alerts_reached: levelsReached(snapshot.totalNano, snapshot.policy),
@@ -239,11 +243,13 @@ function formatEvent(e: StoredEvent) {
   return { ...rest, cost_usd: nanoToUsd(cost_nano) }
 }
 
-/** A record's details as the API shows them: money in USD (pause and alert records keep nano-USD). */
+/** A record's details as the API shows them: money in USD (pause and alert records keep nano-USD), times in ISO. */
 function auditDetails(json: string): Record<string, unknown> {
-  const { total_nano, threshold_nano, ...rest } = JSON.parse(json) as Record<string, unknown>
+  const { total_nano, threshold_nano, spent_nano, paused_at_ms, ...rest } = JSON.parse(json) as Record<string, unknown>
   return {
     ...rest,
+    ...(typeof paused_at_ms === 'number' ? { paused_at: new Date(paused_at_ms).toISOString() } : {}),
+    ...(typeof spent_nano === 'number' ? { spent_usd: nanoToUsd(spent_nano) } : {}),
     ...(typeof total_nano === 'number' ? { total_cost_usd: nanoToUsd(total_nano) } : {}),
     ...(typeof threshold_nano === 'number' ? { cost_threshold_usd: nanoToUsd(threshold_nano) } : {}),
   }
@@ -261,6 +267,12 @@ function levelsReached(totalNano: number, policy: AgentPolicy): readonly number[
 /** A 400 naming the field (DECISIONS.md), for what only the service can check. */
 function invalidField(field: string, message: string): Problem {
   return new Problem('invalid_body', `${field}: ${message}`, { errors: [{ field, message }] })
+}
+
+/** The ignoring-pause flag and its counts, against the pause that holds (`since`); zero when it does not hold. */
+function ignoredOf(ign: Ignored, since: number) {
+  const flagged = ignoring(ign, since)
+  return { ignoring_pause: flagged, ignored_calls: flagged ? ign.calls : 0, ignored_usd: flagged ? nanoToUsd(ign.nano) : 0 }
 }
 
 /** When a pause began, ISO; null while running, or for a pause Redis held from before this was kept (0). */

@@ -2,14 +2,17 @@ import type { Nano } from '../money.ts'
 import { JournalFullError, type JournalRow, type JournalStatus } from '../journal/types.ts'
 import { alertRow } from '../storage/alerts.ts'
 import { configRow, shownConfig } from '../storage/configs.ts'
+import { ignoredRow } from '../storage/ignored.ts'
 import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
-import { alertsReached, carryAlerts, evaluate, evaluateAlerts, manual, pausedBy } from './policy.ts'
+import { alertsReached, carryAlerts, countIgnored, evaluate, evaluateAlerts, holdingPause, manual, pausedBy } from './policy.ts'
 import { exhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
 import { RollingWindow } from './window.ts'
 import {
+  DEFAULT_IGNORE_GRACE_MS,
+  NOT_IGNORED,
   RUNNING,
   SYSTEM_ACTOR,
   defaultPolicy,
@@ -20,6 +23,8 @@ import {
   type AgentSnapshot,
   type BudgetAlert,
   type HotState,
+  type Ignored,
+  type IgnoredPause,
   type ListedAgent,
   type PauseState,
   type RecordEvent,
@@ -37,6 +42,8 @@ interface AgentEntry {
   configured: boolean
   /** The alert levels fired and not re-armed, a bit per level of policy.alertAt (policy.ts evaluateAlerts). */
   alerted: number
+  /** llm_calls after its pause and grace (policy.ts countIgnored); replaced, never changed. */
+  ignored: Ignored
 }
 
 /** The embedded journal as the in-process hot state writes to it (journal/segment-log.ts). */
@@ -64,8 +71,12 @@ export class MemoryHotState implements HotState {
   // Round-robin cursor over the agents, to forget idle ones a few at a time.
   #sweep: Iterator<[string, AgentEntry]> = this.#agents.entries()
 
-  constructor(journal: LocalJournal) {
+  readonly #graceMs: number
+
+  /** `graceMs`: how long after a pause an llm_call may still arrive unflagged (issue 13). */
+  constructor(journal: LocalJournal, o: { graceMs?: number } = {}) {
     this.#journal = journal
+    this.#graceMs = o.graceMs ?? DEFAULT_IGNORE_GRACE_MS
   }
 
   async record(e: RecordEvent, now: number): Promise<RecordResult> {
@@ -77,7 +88,15 @@ export class MemoryHotState implements HotState {
       await this.#journal.synced()
       return step
     }
-    await this.#journal.append([{ table: 'events', row: e.row }, ...step.transitions.map(asRow), ...step.alerts.map(alertAsRow)], now)
+    await this.#journal.append(
+      [
+        { table: 'events', row: e.row },
+        ...step.transitions.map(asRow),
+        ...step.alerts.map(alertAsRow),
+        ...(step.ignored ? [{ table: 'ignored_pauses', row: ignoredRow(step.ignored) } as const] : []),
+      ],
+      now,
+    )
     return step
   }
 
@@ -93,16 +112,35 @@ export class MemoryHotState implements HotState {
     const fp = fingerprint(e.userId, e.agentId, e.eventId)
     const seenCost = this.#seen.get(fp, nowMinute)
     if (seenCost !== undefined) {
-      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions: [], alerts: [] }
+      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions: [], alerts: [], ignored: null }
     }
     const minute = minuteOf(e.at)
     this.#seen.add(fp, e.costNano, minute)
+    // Against the pause its client was told of before this event: the agent's own, else its fleet's.
+    const ignored = e.llmCall ? this.#ignore(e, agent, holdingPause(agent.pause, fleet.pause)?.pause.since ?? 0, now, fleet) : null
     const transitions: Transition[] = []
     const alerts: BudgetAlert[] = []
     // The same step for the agent and for its fleet, whose window sums all of the user's agents.
     this.#add(e, agent, e, minute, now, transitions, alerts)
     this.#add(fleetRef, fleet, e, minute, now, transitions, alerts)
-    return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions, alerts }
+    return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions, alerts, ignored }
+  }
+
+  /** Counts an llm_call against the pause that holds (policy.ts countIgnored); the flag when it raises it. */
+  #ignore(e: RecordInput, agent: AgentEntry, since: number, now: number, fleet: AgentEntry): IgnoredPause | null {
+    const { ignored, raised } = countIgnored(agent.ignored, since, now, e.costNano, this.#graceMs)
+    agent.ignored = ignored
+    if (!raised) return null
+    return {
+      userId: e.userId,
+      agentId: e.agentId,
+      at: now,
+      pausedSince: since,
+      calls: ignored.calls,
+      costNano: ignored.nano,
+      version: nextVersion(now),
+      webhookUrl: agent.policy.webhookUrl ?? fleet.policy.webhookUrl,
+    }
   }
 
   /** Adds an event to an agent's or a fleet's window and applies the rules: what changed goes to `transitions` and `alerts`. */
@@ -152,7 +190,11 @@ export class MemoryHotState implements HotState {
   async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
     const agent = this.#agents.get(agentKey(ref))
     if (!agent) {
-      return { snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: defaultPolicy(ref), configured: false }, transition: null, exhaustionAt: null }
+      return {
+        snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: defaultPolicy(ref), configured: false, ignored: NOT_IGNORED },
+        transition: null,
+        exhaustionAt: null,
+      }
     }
     agent.window.expire(minuteOf(now))
     const transition = this.#evaluate(ref, agent, now, false)
@@ -238,6 +280,9 @@ export class MemoryHotState implements HotState {
       pause: (ref, pause) => {
         this.#entry(ref).pause = { ...pause }
       },
+      ignored: (ref, ignored) => {
+        this.#entry(ref).ignored = { ...ignored }
+      },
       finish: async () => {
         // A crossing stored just before a crash was never acted on, and is now (journaled).
         // The alert levels the totals are at count as fired: they were, with the events that
@@ -273,7 +318,7 @@ export class MemoryHotState implements HotState {
     const key = agentKey(ref)
     let agent = this.#agents.get(key)
     if (!agent) {
-      agent = { window: new RollingWindow(), pause: RUNNING, policy: defaultPolicy(ref), configured: false, alerted: 0 }
+      agent = { window: new RollingWindow(), pause: RUNNING, policy: defaultPolicy(ref), configured: false, alerted: 0, ignored: NOT_IGNORED }
       this.#agents.set(key, agent)
       // A fleet is kept with the agents (types.ts FLEET), but is not one of them.
       if (isFleet(ref)) return agent
@@ -353,6 +398,7 @@ function snapshotOf(agent: AgentEntry): AgentSnapshot {
     pause: agent.pause,
     policy: agent.policy,
     configured: agent.configured,
+    ignored: agent.ignored,
   }
 }
 

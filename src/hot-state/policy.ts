@@ -1,5 +1,5 @@
 import type { Nano } from '../money.ts'
-import type { AgentPolicy, PausedReason, PauseReason, PauseState, TransitionReason } from './types.ts'
+import { NOT_IGNORED, type AgentPolicy, type Ignored, type PausedReason, type PauseReason, type PauseState, type TransitionReason } from './types.ts'
 
 /**
  * The budget rules of SPEC.md 3 and DECISIONS.md, as one pure function both hot-state
@@ -111,3 +111,21 @@ const NOT_PAUSED = Object.freeze({ paused: false, pausedReason: null })
 type Told = Pick<PauseState, 'paused' | 'reason'>
 
 const FLEET_REASONS = { budget: 'fleet_budget', velocity: 'fleet_velocity', manual: 'fleet_manual' } as const satisfies Record<PauseReason, PausedReason>
+
+/**
+ * Agents that ignore their pause (issue 13): an llm_call arriving at `now` while a pause
+ * holds (`since`, when it began; 0: none) and more than `graceMs` after it began is ignored:
+ * counted, and the first such call of that pause raises the flag. Counts of an earlier pause
+ * start again; with no pause holding, there is nothing to count.
+ */
+export function countIgnored(ign: Ignored, since: number, now: number, costNano: Nano, graceMs: number): { ignored: Ignored; raised: boolean } {
+  if (since === 0) return { ignored: ign.since === 0 ? ign : NOT_IGNORED, raised: false }
+  const base = ign.since === since ? ign : { ...NOT_IGNORED, since }
+  if (now <= since + graceMs) return { ignored: base, raised: false }
+  return { ignored: { since, calls: base.calls + 1, nano: base.nano + costNano, flagged: true }, raised: !base.flagged }
+}
+
+/** Whether the ignoring-pause flag holds: raised against the pause that holds now (`since`); a resume clears it. */
+export function ignoring(ign: Ignored, since: number): boolean {
+  return ign.flagged && since !== 0 && ign.since === since
+}

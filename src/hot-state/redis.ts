@@ -12,6 +12,8 @@ import { minuteOf } from '../window.ts'
 import { exhaustionAt, type Spend } from './projection.ts'
 import { pausedBy } from './policy.ts'
 import {
+  DEFAULT_IGNORE_GRACE_MS,
+  NOT_IGNORED,
   RUNNING,
   SYSTEM_ACTOR,
   defaultPolicy,
@@ -42,6 +44,8 @@ export interface RedisHotStateOptions {
   loader: AgentLoader
   userAgents: UserAgentsLoader
   prefix?: string
+  /** How long after a pause an llm_call may still arrive unflagged (issue 13). */
+  graceMs?: number
 }
 
 /**
@@ -62,6 +66,7 @@ export class RedisHotState implements HotState {
   readonly #journal: RedisJournal
   readonly #loader: AgentLoader
   readonly #userAgents: UserAgentsLoader
+  readonly #graceMs: number
   // One loader call in flight per agent (and per user index) in this process; other
   // instances are kept from double counting by load.lua, which installs only once.
   readonly #loading = new Map<string, Promise<void>>()
@@ -75,6 +80,7 @@ export class RedisHotState implements HotState {
     this.#journal = opts.journal
     this.#loader = opts.loader
     this.#userAgents = opts.userAgents
+    this.#graceMs = opts.graceMs ?? DEFAULT_IGNORE_GRACE_MS
     for (const [name, { lua, keys }] of Object.entries(SCRIPTS)) {
       opts.redis.defineCommand(name, { lua, numberOfKeys: keys })
     }
@@ -98,9 +104,10 @@ export class RedisHotState implements HotState {
         JSON.stringify(e.row),
         eventFingerprint(e.userId, e.agentId, e.eventId),
         this.#names(fleetRef).members,
+        this.#graceMs,
       ),
     )) as RecordReply
-    const [counted, total, reason, cost, threshold, spend, fired, webhook, f, ...transitions] = reply
+    const [counted, total, reason, cost, threshold, spend, fired, webhook, f, ign, ...transitions] = reply
     const [fleetReason, fleetTotal, fleetThreshold, fleetWebhook, fleetTransitions, fleetFired, fleetSpend] = f
     const budget = { totalNano: Number(total), thresholdNano: Number(threshold), exhaustionAt: exhaustionAt(spendOf(total, spend), Number(threshold), now) }
     const fleetBudget = {
@@ -115,6 +122,18 @@ export class RedisHotState implements HotState {
       ...pausedBy(pauseOf(reason), pauseOf(fleetReason)),
       transitions: [...transitions.map((t) => transitionOf(e, now, t)), ...fleetTransitions.map((t) => transitionOf(fleetRef, now, t))],
       alerts: [...alertsOf(e, now, fired, budget, webhook), ...alertsOf(fleetRef, now, fleetFired, fleetBudget, fleetWebhook)],
+      ignored: ign
+        ? {
+            userId: e.userId,
+            agentId: e.agentId,
+            at: now,
+            pausedSince: Number(ign[0]),
+            calls: Number(ign[1]),
+            costNano: Number(ign[2]),
+            version: Number(ign[3]),
+            webhookUrl: webhook || fleetWebhook || null,
+          }
+        : null,
     }
   }
 
@@ -125,7 +144,7 @@ export class RedisHotState implements HotState {
   /** get(), and the projection's reads only `withSpend` (a listing of 10,000 agents has no use for them). */
   async #read(ref: AgentRef, now: number, withSpend: boolean): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
     const [s, t, spend] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...head, withSpend ? 1 : 0))) as GetReply
-    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt, vlimit, vwindow, since] = s
+    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt, vlimit, vwindow, since, ...ign] = s
     return {
       snapshot: {
         active: active === 1,
@@ -141,6 +160,7 @@ export class RedisHotState implements HotState {
           velocityWindowMinutes: vwindow,
         },
         configured: configured === 1,
+        ignored: { since: Number(ign[0]), calls: Number(ign[1]), nano: Number(ign[2]), flagged: ign[3] === 1 },
       },
       transition: t ? transitionOf(ref, now, t) : null,
       exhaustionAt: spend ? exhaustionAt(spendOf(total, spend), Number(threshold), now) : null,
@@ -277,6 +297,7 @@ export class RedisHotState implements HotState {
     const k = this.#keys(ref)
     const policy = load.policy ?? defaultPolicy(ref)
     const pause = load.pause ?? RUNNING
+    const ignored = load.ignored ?? NOT_IGNORED
     const payload = {
       minutes: [...load.minutes].sort((x, y) => x.minute - y.minute).map((m) => [String(m.minute), String(m.costNano), String(m.llmCalls)]),
       seen: load.seen.map((s) => [String(s.costNano), String(s.minute)]),
@@ -291,6 +312,7 @@ export class RedisHotState implements HotState {
         vwindow: policy.velocityWindowMinutes,
       },
       pause: { paused: pause.paused ? '1' : '0', reason: pause.reason ?? '', override: pause.override ? '1' : '0', since: String(pause.since) },
+      ignored: { since: String(ignored.since), calls: String(ignored.calls), nano: String(ignored.nano), flagged: ignored.flagged ? '1' : '0' },
     }
     const fingerprints = load.seen.map((s) => eventFingerprint(ref.userId, ref.agentId, s.eventId))
     // An array, not spread: ioredis flattens it, and a busy agent's seen ids can be many.
@@ -387,9 +409,15 @@ type SpendReply = [string, string[]]
 type FiredReply = string[]
 /** record.lua's fleet: pause reason, total, threshold, webhook, transitions, alerts fired, spend (with alerts). */
 type FleetReply = [PauseReason | '', string, string, string | null, TransitionReply[], FiredReply, SpendReply | false]
-/** record.lua: counted, total, pause reason, cost, threshold, spend, alerts fired, webhook, fleet, transitions. */
-type RecordReply = [number, string, PauseReason | '', string, string, SpendReply, FiredReply, string | null, FleetReply, ...TransitionReply[]]
-type GetReply = [[string, string, number, string, number, string, number, string | null, number, number, string, string, number, string], TransitionReply | null, SpendReply | false]
+/** record.lua's ignoring-pause flag raised: paused_at, calls, nano, version. */
+type IgnoredReply = [string, string, string, string]
+/** record.lua: counted, total, pause reason, cost, threshold, spend, alerts fired, webhook, fleet, ignored, transitions. */
+type RecordReply = [number, string, PauseReason | '', string, string, SpendReply, FiredReply, string | null, FleetReply, IgnoredReply | null, ...TransitionReply[]]
+type GetReply = [
+  [string, string, number, string, number, string, number, string | null, number, number, string, string, number, string, string, string, string, number],
+  TransitionReply | null,
+  SpendReply | false,
+]
 
 function spendOf(total: string, [lastHour, hours]: SpendReply): Spend {
   return { totalNano: Number(total), lastHourNano: Number(lastHour), hours: hours.map(Number) }

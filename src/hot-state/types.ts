@@ -82,6 +82,35 @@ export interface PauseState {
 
 export const RUNNING: PauseState = Object.freeze({ paused: false, reason: null, override: false, since: 0 })
 
+/** An agent's llm_call events that came after the pause holding it and its grace period (issue 13). */
+export interface Ignored {
+  /** The `since` of the pause they were counted against; 0: none. */
+  since: number
+  calls: number
+  nano: Nano
+  /** Whether the flag was raised for that pause (one message, one record). */
+  flagged: boolean
+}
+
+export const NOT_IGNORED: Ignored = Object.freeze({ since: 0, calls: 0, nano: 0, flagged: false })
+
+/** How long after a pause an llm_call may still arrive without counting as ignored: one already in flight. */
+export const DEFAULT_IGNORE_GRACE_MS = 60_000
+
+/** The flag raised once per pause for an agent that went on calling the model (its record and message). */
+export interface IgnoredPause {
+  userId: string
+  agentId: string
+  at: number
+  /** When the pause it ignores began. */
+  pausedSince: number
+  calls: number
+  costNano: Nano
+  /** The agent's version counter when it was raised: names the record and its message. */
+  version: number
+  webhookUrl: string | null
+}
+
 /** The actor of what the budget rules do on their own (audit log). */
 export const SYSTEM_ACTOR = 'system'
 
@@ -145,6 +174,8 @@ export interface RecordResult {
   transitions: Transition[]
   /** The alert levels this event took the agent's or its fleet's total to or past (issue 12), lowest first. */
   alerts: BudgetAlert[]
+  /** The ignoring-pause flag this event raised (issue 13), once per pause. */
+  ignored: IgnoredPause | null
 }
 
 /** An alert level crossed by an event: fired once, until the total falls back below it. */
@@ -171,6 +202,8 @@ export interface AgentSnapshot {
   policy: Readonly<AgentPolicy>
   /** Whether a config was set (POST /config) for this agent. */
   configured: boolean
+  /** llm_calls after its pause and grace (policy.ts ignoring() says whether the flag holds). */
+  ignored: Readonly<Ignored>
 }
 
 export interface ListedAgent {
@@ -196,6 +229,8 @@ export interface Restore {
   event(ref: AgentRef, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number): void
   policy(ref: AgentRef, policy: AgentPolicy): void
   pause(ref: AgentRef, pause: PauseState): void
+  /** The newest ignoring-pause record of the agent (issue 13). */
+  ignored(ref: AgentRef, ignored: Ignored): void
   /** Acts on what the rebuild found (a crossing stored just before a crash); returns the transitions, journaled. */
   finish(): Promise<Transition[]>
 }
@@ -247,6 +282,8 @@ export interface AgentLoad {
   policy: AgentPolicy | null
   /** The latest stored pause transition; null when there is none (running). */
   pause: PauseState | null
+  /** The newest ignoring-pause record; null when there is none. */
+  ignored: Ignored | null
 }
 
 export type AgentLoader = (ref: AgentRef, now: number) => Promise<AgentLoad>

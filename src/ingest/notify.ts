@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto'
-import { isFleet, type BudgetAlert, type Transition } from '../hot-state/types.ts'
+import { isFleet, type BudgetAlert, type IgnoredPause, type Transition } from '../hot-state/types.ts'
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
 
@@ -26,6 +26,8 @@ export interface PauseNotifier {
   budgetPaused(t: Transition): void
   /** Returns at once, as budgetPaused does. */
   alert(a: BudgetAlert): void
+  /** An agent went on calling the model after its pause (issue 13): returns at once. */
+  ignoredPause(i: IgnoredPause): void
   drain(): Promise<void>
 }
 
@@ -64,6 +66,19 @@ export class WebhookPauseNotifier implements PauseNotifier {
       thresholdUsd: nanoToUsd(a.thresholdNano),
       exhaustionAt: a.exhaustionAt === null ? null : new Date(a.exhaustionAt),
       at: new Date(a.at),
+    })
+  }
+
+  ignoredPause(i: IgnoredPause): void {
+    if (i.webhookUrl === null) return
+    this.#webhooks.notify(i.webhookUrl, {
+      id: noticeId('ignored', i.userId, i.agentId, i.version),
+      userId: i.userId,
+      agentId: i.agentId,
+      pausedAt: new Date(i.pausedSince),
+      calls: i.calls,
+      spentUsd: nanoToUsd(i.costNano),
+      at: new Date(i.at),
     })
   }
 

@@ -1,9 +1,10 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { MemoryHotState } from '../hot-state/memory.ts'
 import { fingerprint } from '../hot-state/dedup.ts'
-import { isFleet, type AgentLoad, type AgentLoader, type AgentPolicy, type AgentRef, type PauseState, type Transition } from '../hot-state/types.ts'
+import { isFleet, type Ignored, type AgentLoad, type AgentLoader, type AgentPolicy, type AgentRef, type PauseState, type Transition } from '../hot-state/types.ts'
 import { allConfigs, policyOf } from '../storage/configs.ts'
 import { fleetMinutes, scanWindow, seenEvents, windowMinutes } from '../storage/events.ts'
+import { latestIgnored } from '../storage/ignored.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
 import type { JournalEntry } from '../journal/types.ts'
 import { chDateTimeToMs } from '../storage/clickhouse.ts'
@@ -24,13 +25,15 @@ export async function rebuildHotState(
   unshipped: AsyncIterable<JournalEntry> = (async function* () {})(),
 ): Promise<Transition[]> {
   const since = windowStartMs(now)
-  const [configs, pauses] = await Promise.all([allConfigs(clickhouse), latestTransitions(clickhouse)])
+  const [configs, pauses, ignored] = await Promise.all([allConfigs(clickhouse), latestTransitions(clickhouse), latestIgnored(clickhouse)])
   const restore = hotState.beginRestore(now)
   await scanWindow(clickhouse, since, (ref) => restore.agent(ref))
   const policies = new NewestPerAgent<AgentPolicy>()
   for (const c of configs) policies.offer(c, c.version, policyOf(c))
   const pauseStates = new NewestPerAgent<PauseState>()
   for (const p of pauses) pauseStates.offer(p, p.version, pauseOf(p, p.atMs))
+  const ignoredFlags = new NewestPerAgent<Ignored>()
+  for (const i of ignored) ignoredFlags.offer({ user_id: i.userId, agent_id: i.agentId }, i.version, i.ignored)
   for await (const { table, row } of unshipped) {
     if (table === 'events') {
       const ref = { userId: row.user_id, agentId: row.agent_id }
@@ -40,11 +43,14 @@ export async function rebuildHotState(
       pauseStates.offer(row, row.version, pauseOf(row, chDateTimeToMs(row.at)))
     } else if (table === 'agent_configs') {
       policies.offer(row, row.version, policyOf(row))
+    } else if (table === 'ignored_pauses') {
+      ignoredFlags.offer(row, row.version, { since: row.paused_at_ms, calls: row.calls, nano: row.cost_nano, flagged: true })
     }
     // budget_alerts: a record; the alert state follows from the totals (MemoryHotState.beginRestore).
   }
   for (const { ref, value } of policies.values()) restore.policy(ref, value)
   for (const { ref, value } of pauseStates.values()) restore.pause(ref, value)
+  for (const { ref, value } of ignoredFlags.values()) restore.ignored(ref, value)
   return restore.finish()
 }
 
@@ -124,14 +130,15 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
   // Fleets (types.ts FLEET) are loaded as agents are, their minutes summed over the user's agents.
   const agents = refs.filter((r) => !isFleet(r))
   const fleets = refs.filter(isFleet).map((r) => r.userId)
-  const [minutes, fleetMinuteRows, seen, configs, pauses] = await Promise.all([
+  const [minutes, fleetMinuteRows, seen, configs, pauses, ignored] = await Promise.all([
     agents.length > 0 ? windowMinutes(clickhouse, since, agents) : [],
     fleets.length > 0 ? fleetMinutes(clickhouse, since, fleets) : [],
     agents.length > 0 ? seenEvents(clickhouse, since, agents) : [],
     allConfigs(clickhouse, refs),
     latestTransitions(clickhouse, refs),
+    latestIgnored(clickhouse, refs),
   ])
-  const loads = new Map<string, AgentLoad>(refs.map((r) => [`${r.userId}\0${r.agentId}`, { minutes: [], seen: [], policy: null, pause: null }]))
+  const loads = new Map<string, AgentLoad>(refs.map((r) => [`${r.userId}\0${r.agentId}`, { minutes: [], seen: [], policy: null, pause: null, ignored: null }]))
   // Rows of pairs not asked for (a user of the batch with another user's agent id) are skipped.
   const of = (r: { user_id: string; agent_id: string }) => loads.get(`${r.user_id}\0${r.agent_id}`)
   for (const m of [...minutes, ...fleetMinuteRows]) of(m)?.minutes.push({ minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })
@@ -143,6 +150,10 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
   for (const p of pauses) {
     const l = of(p)
     if (l) l.pause = pauseOf(p, p.atMs)
+  }
+  for (const i of ignored) {
+    const l = of({ user_id: i.userId, agent_id: i.agentId })
+    if (l) l.ignored = i.ignored
   }
   return loads
 }

@@ -36,6 +36,8 @@ export interface IngestDeps {
   onRecorded?: () => void
   /** Told the quantities of a counted event that the price data has no price for (a metric). */
   onUnpriced?: (quantities: readonly string[]) => void
+  /** Told each agent flagged for calling the model after its pause (a metric). */
+  onIgnoredPause?: () => void
 }
 
 /**
@@ -66,6 +68,11 @@ export class IngestService {
       if (row.unpriced_quantities?.length) this.#d.onUnpriced?.(row.unpriced_quantities)
       announceBudgetPauses(step.transitions, this.#d.log, this.#d.notifier)
       announceAlerts(step.alerts, this.#d.log, this.#d.notifier)
+      if (step.ignored) {
+        this.#d.log.warn({ userId, agentId: e.agent_id, calls: step.ignored.calls }, 'agent keeps calling the model after its pause')
+        this.#d.notifier.ignoredPause(step.ignored)
+        this.#d.onIgnoredPause?.()
+      }
     }
     const { costNano, paused, pausedReason, totalNano, thresholdNano, exhaustionAt } = step
     return { eventId, costNano, paused, pausedReason, totalNano, thresholdNano, exhaustionAt, alerts: levelsOf(step.alerts, false), fleetAlerts: levelsOf(step.alerts, true), duplicate: !step.counted }

@@ -1,6 +1,7 @@
 import type { AlertRow } from '../storage/alerts.ts'
 import type { WrittenConfigRow } from '../storage/configs.ts'
 import type { EventRow } from '../storage/events.ts'
+import type { IgnoredRow } from '../storage/ignored.ts'
 import type { TransitionRow } from '../storage/transitions.ts'
 
 /**
@@ -13,11 +14,12 @@ export type JournalRow =
   | { table: 'pause_transitions'; row: TransitionRow }
   | { table: 'agent_configs'; row: WrittenConfigRow }
   | { table: 'budget_alerts'; row: AlertRow }
+  | { table: 'ignored_pauses'; row: IgnoredRow }
 
 export type JournalTable = JournalRow['table']
 
 /** The tables rows go to, in the order a batch inserts them (and, by index, their code in a segment record). */
-export const JOURNAL_TABLES: readonly JournalTable[] = ['events', 'pause_transitions', 'agent_configs', 'budget_alerts']
+export const JOURNAL_TABLES: readonly JournalTable[] = ['events', 'pause_transitions', 'agent_configs', 'budget_alerts', 'ignored_pauses']
 
 /** A row as read back for the rebuild, with when it was appended (epoch ms). */
 export type JournalEntry = JournalRow & { at: number }

@@ -35,7 +35,20 @@ export interface AlertNotice {
   at: Date
 }
 
-export type Notice = PauseNotice | AlertNotice
+/** An agent that went on calling the model after its pause and its grace period (issue 13), once per pause. */
+export interface IgnoredNotice {
+  /** Names this notification on every attempt. */
+  id: string
+  userId: string
+  agentId: string
+  pausedAt: Date
+  /** Its llm_calls after the grace period, and their cost, up to this notice. */
+  calls: number
+  spentUsd: number
+  at: Date
+}
+
+export type Notice = PauseNotice | AlertNotice | IgnoredNotice
 
 export interface ChatMessage {
   text: string
@@ -113,7 +126,16 @@ export function alertMessage(notice: AlertNotice): ChatMessage {
   }
 }
 
-/** The message of a notice, pause or alert. */
+export function ignoredMessage(notice: IgnoredNotice): ChatMessage {
+  return {
+    text:
+      `burnrate: agent ${label(notice.agentId)} keeps calling the model after it was paused at ${utcSeconds(notice.pausedAt)}: ` +
+      `${notice.calls} ${notice.calls === 1 ? 'call' : 'calls'} (${formatUsd(notice.spentUsd)}) after the grace period; ` +
+      `its client does not stop on paused: true (${utcSeconds(notice.at)}).`,
+  }
+}
+
+/** The message of a notice: pause, alert or ignored pause. */
 export function chatMessage(notice: Notice): ChatMessage {
-  return 'level' in notice ? alertMessage(notice) : pauseMessage(notice)
+  return 'level' in notice ? alertMessage(notice) : 'pausedAt' in notice ? ignoredMessage(notice) : pauseMessage(notice)
 }

@@ -12,7 +12,7 @@ const AGENTS_LIST = {
       type: 'array',
       items: {
         type: 'object',
-        required: ['agent_id', 'total_cost_usd', 'llm_calls', 'is_paused', 'paused_reason', 'remaining_usd', 'alerts_reached'],
+        required: ['agent_id', 'total_cost_usd', 'llm_calls', 'is_paused', 'paused_reason', 'remaining_usd', 'alerts_reached', 'ignoring_pause'],
         properties: {
           agent_id: { type: 'string' },
           total_cost_usd: { type: 'number' },
@@ -22,6 +22,7 @@ const AGENTS_LIST = {
           paused_reason: { type: ['string', 'null'] },
           remaining_usd: { type: 'number' },
           alerts_reached: { type: 'array', items: { type: 'number' } },
+          ignoring_pause: { type: 'boolean' },
         },
       },
     },

@@ -19,7 +19,7 @@ let prefixes = 0
 afterAll(async () => {
   await (await server)?.stop()
 })
-const emptyLoad = async (): Promise<AgentLoad> => ({ minutes: [], seen: [], policy: null, pause: null })
+const emptyLoad = async (): Promise<AgentLoad> => ({ minutes: [], seen: [], policy: null, pause: null, ignored: null })
 
 interface Subject {
   hs: HotState
@@ -412,6 +412,43 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       const r = await recordAll(hs, ['a', 'b', 'c'].map((agentId) => ev(USD, T0, { agentId })))
       expect(r.map((x) => x.pausedReason)).toEqual([null, null, 'fleet_velocity'])
       expect(r[2]!.transitions.map((t) => [t.agentId, t.reason])).toEqual([['', 'velocity']])
+    })
+  })
+
+  describe('agents that ignore their pause (issue 13)', () => {
+    it('flags the first llm_call after the pause and its grace, once, counts the rest, and forgets them on resume', async () => {
+      const { hs, journaled } = await make()
+      await hs.setPolicy(ref, policy(1, { alertAt: [] }), T0, 'key-1')
+      await hs.record(ev(2 * USD, T0), T0) // paused at T0
+      await journaled()
+      // Within the grace (60 s by default) a call may have been in flight: not counted.
+      const edge = T0 + 60_000
+      expect((await hs.record(ev(USD, edge), edge)).ignored).toBeNull()
+      const after = edge + 1
+      // Only llm_calls count; a tool call does not.
+      expect((await hs.record(ev(USD, after, { llmCall: false }), after)).ignored).toBeNull()
+      const first = ev(USD, after)
+      expect((await hs.record(first, after)).ignored).toMatchObject({ userId: 'u', agentId: 'a', pausedSince: T0, calls: 1, costNano: USD, at: after })
+      expect((await hs.record(first, after)).ignored).toBeNull() // a repeat counts nothing
+      expect((await hs.record(ev(2 * USD, after), after)).ignored).toBeNull() // raised once per pause
+      expect((await hs.get(ref, after)).snapshot.ignored).toEqual({ since: T0, calls: 2, nano: 3 * USD, flagged: true })
+      const rows = (await journaled()).filter((r) => r.table === 'ignored_pauses')
+      expect(rows.map((r) => r.row)).toEqual([expect.objectContaining({ user_id: 'u', agent_id: 'a', paused_at_ms: T0, calls: 1, cost_nano: USD })])
+      // Resumed: nothing holds, and the next call forgets the counts.
+      await hs.setPaused(ref, false, after, 'key-1')
+      expect((await hs.record(ev(USD, after + 1), after + 1)).ignored).toBeNull()
+      expect((await hs.get(ref, after + 1)).snapshot.ignored).toEqual({ since: 0, calls: 0, nano: 0, flagged: false })
+      // A new pause starts a new count and may raise the flag again.
+      await hs.setPaused(ref, true, after + 2, 'key-1')
+      const later = after + 2 + 60_001
+      expect((await hs.record(ev(USD, later), later)).ignored).toMatchObject({ pausedSince: after + 2, calls: 1 })
+    })
+
+    it('counts an agent\'s calls against its fleet\'s pause when the fleet holds it', async () => {
+      const { hs } = await make()
+      await hs.setPaused(fleetOf('u'), true, T0, 'key-1')
+      const after = T0 + 60_001
+      expect((await hs.record(ev(USD, after, { agentId: 'b' }), after)).ignored).toMatchObject({ agentId: 'b', pausedSince: T0, calls: 1 })
     })
   })
 

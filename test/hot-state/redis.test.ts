@@ -21,7 +21,7 @@ const ev = (costNano: number, extra: Partial<RecordInput> = {}): RecordEvent => 
   const e = { ...ref, eventId: `e${++n}`, costNano, llmCall: true, at: T0, ...extra }
   return { ...e, row: { user_id: e.userId, agent_id: e.agentId, timestamp: toChDateTime64us(e.at * 1000), event_id: e.eventId, event_type: 'llm_call', model: '', input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, tool_name: null, metadata: '', cost_nano: e.costNano, price_fallback: false } }
 }
-const emptyLoad = (): AgentLoad => ({ minutes: [], seen: [], policy: null, pause: null })
+const emptyLoad = (): AgentLoad => ({ minutes: [], seen: [], policy: null, pause: null, ignored: null })
 
 /** A loader standing in for ClickHouse that counts its calls. */
 /** Loads agents with `load` and counts them; a fleet (types.ts FLEET) loads empty, uncounted. */
@@ -70,7 +70,7 @@ function hot(o: { redis?: Redis; prefix: string; loader: AgentLoader; instance?:
 
 describe('redis hot state: load on demand', () => {
   it('loads a lost agent once for 20 concurrent records, adds new events to it, and skips ids it already holds', async () => {
-    const loaded = { minutes: [{ minute: M0 - 10, costNano: USD, llmCalls: 2 }], seen: [{ eventId: 'stored', costNano: USD, minute: M0 - 10 }], policy: null, pause: null }
+    const loaded = { minutes: [{ minute: M0 - 10, costNano: USD, llmCalls: 2 }], seen: [{ eventId: 'stored', costNano: USD, minute: M0 - 10 }], policy: null, pause: null, ignored: null }
     const loader = countingLoader(() => loaded)
     const p = prefix()
     const hs = hot({ prefix: p, loader })
@@ -262,10 +262,20 @@ describe('redis hot state: keys', () => {
 
 describe('redis hot state: alerts after a load (issue 12)', () => {
   it('takes the alert levels a loaded total is at as fired: a reload sends no alert again', async () => {
-    const loaded = { minutes: [{ minute: M0 - 10, costNano: 0.85 * USD, llmCalls: 1 }], seen: [], policy: { ...DEFAULT_POLICY, thresholdNano: USD, alertAt: [0.5, 0.9] }, pause: null }
+    const loaded = { minutes: [{ minute: M0 - 10, costNano: 0.85 * USD, llmCalls: 1 }], seen: [], policy: { ...DEFAULT_POLICY, thresholdNano: USD, alertAt: [0.5, 0.9] }, pause: null, ignored: null }
     const hs = hot({ prefix: prefix(), loader: countingLoader(() => loaded) })
     expect((await hs.record(ev(1), T0)).alerts).toEqual([])
     expect((await hs.record(ev(0.05 * USD), T0)).alerts.map((a) => a.level)).toEqual([0.9])
+  })
+})
+
+describe('redis hot state: an ignoring-pause flag after a load (issue 13)', () => {
+  it('keeps a flag raised for the pause that holds: a reload raises it no second time', async () => {
+    const since = T0 - 120_000
+    const loaded = { minutes: [], seen: [], policy: null, pause: { paused: true, reason: 'manual' as const, override: false, since }, ignored: { since, calls: 3, nano: 7, flagged: true } }
+    const hs = hot({ prefix: prefix(), loader: countingLoader(() => loaded) })
+    expect((await hs.record(ev(5), T0)).ignored).toBeNull()
+    expect((await hs.get(ref, T0)).snapshot).toMatchObject({ pause: { paused: true, since }, ignored: { since, calls: 4, nano: 12, flagged: true } })
   })
 })
 

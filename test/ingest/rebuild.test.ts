@@ -11,6 +11,8 @@ import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { configRow, upsertConfig } from '../../src/storage/configs.ts'
 import { insertEvents } from '../../src/storage/events.ts'
 import { migrate } from '../../src/storage/migrations.ts'
+import { ignoredRow } from '../../src/storage/ignored.ts'
+import { insert } from '../../src/storage/query.ts'
 import { transitionRow } from '../../src/storage/transitions.ts'
 import { eventRow } from '../helpers/rows.ts'
 
@@ -75,6 +77,22 @@ describe('rebuilding the in-process hot state', () => {
     expect((await hs.get(fleetOf('fleet-u'), NOW)).snapshot).toMatchObject({ totalNano: 11e8, llmCalls: 3, configured: true, pause: { paused: true, reason: 'budget' } })
     expect((await hs.get(fleetOf('paused-u'), NOW)).snapshot.pause).toEqual({ paused: true, reason: 'manual', override: false, since: NOW - 1000 })
     expect((await hs.listAgents('fleet-u', NOW)).map((a) => a.agentId).sort()).toEqual(['a', 'b', 'c'])
+    await journal.close()
+  })
+
+  it('keeps an ignoring-pause flag raised for the pause that still holds: a restart raises it no second time (issue 13)', async () => {
+    const journal = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-rebuild-j-')), fsync: false, maxRows: 1000 })
+    const ref = { userId: 'deaf-u', agentId: 'deaf' }
+    const pausedAt = NOW - 120_000
+    await insert(clickhouse, 'pause_transitions', [{ ...transition('deaf', true, pausedAt), user_id: 'deaf-u', version: 1 }])
+    await insert(clickhouse, 'ignored_pauses', [ignoredRow({ ...ref, at: NOW - 30_000, pausedSince: pausedAt, calls: 3, costNano: 7, version: 2, webhookUrl: null })])
+    const hs = new MemoryHotState(journal)
+    await rebuildHotState(clickhouse, hs, NOW, journal.unshipped())
+    expect((await hs.get(ref, NOW)).snapshot.ignored).toEqual({ since: pausedAt, calls: 3, nano: 7, flagged: true })
+    const e = { ...ref, eventId: 'late', costNano: 5, llmCall: true, at: NOW }
+    const step = await hs.record({ ...e, row: eventRow({ user_id: 'deaf-u', agent_id: 'deaf', event_id: '00000000-0000-4000-e000-000000000001', at: NOW, cost_nano: 5 }) }, NOW)
+    expect(step).toMatchObject({ paused: true, ignored: null })
+    expect((await hs.get(ref, NOW)).snapshot.ignored).toEqual({ since: pausedAt, calls: 4, nano: 12, flagged: true })
     await journal.close()
   })
 

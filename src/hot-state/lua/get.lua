@@ -2,7 +2,8 @@
 -- pause), and what they change is journaled. KEYS[1..6], ARGV[1..7] (lib.lua)
 -- ARGV[8] 1: with what the projection reads (a listing leaves them out: 0)
 -- Returns NEEDS_LOAD, FENCED, or {{total, calls, paused, reason, override, threshold,
--- auto_resume, webhook, configured, active, alert_at, vlimit, vwindow, paused_at}, transition or false,
+-- auto_resume, webhook, configured, active, alert_at, vlimit, vwindow, paused_at, ign_since,
+-- ign_calls, ign_nano, ign_flag (0|1)}, transition or false,
 -- spend (lib.lua) or false}.
 local closed = journal_closed(false)
 if closed then return closed end
@@ -19,7 +20,8 @@ if st.dirty or relaxed then save_state(st) end
 return {
   { fmt(st.total), fmt(st.calls), st.paused and 1 or 0, st.reason, st.override and 1 or 0,
     st.threshold_s, st.auto_resume and 1 or 0, st.webhook or false, st.configured and 1 or 0,
-    redis.call('LLEN', M) > 0 and 1 or 0, st.alert_at, fmt(st.vlimit), st.vwindow, fmt(st.since) },
+    redis.call('LLEN', M) > 0 and 1 or 0, st.alert_at, fmt(st.vlimit), st.vwindow, fmt(st.since),
+    fmt(st.ign.since), fmt(st.ign.calls), fmt(st.ign.nano), st.ign.flagged and 1 or 0 },
   out,
   ARGV[8] == '1' and spend(st, now_minute) or false,
 }

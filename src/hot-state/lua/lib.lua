@@ -8,7 +8,9 @@
 --             alert_at (levels, comma-separated, ascending; absent: the default 0.8),
 --             alerted (a bit per level: fired and not re-armed, policy.ts evaluateAlerts),
 --             vlimit, vwindow (the velocity limit, nano-USD, 0 or absent: none; its window in
---             minutes, issue 13), paused_at (when the pause began, ms; 0 or absent: running)
+--             minutes, issue 13), paused_at (when the pause began, ms; 0 or absent: running),
+--             ign_since, ign_calls, ign_nano, ign_flag (llm_calls after the pause that began
+--             at ign_since and its grace: policy.ts countIgnored; absent: none)
 -- KEYS[2] :w  hash of minute buckets: c<minute> = cost (nano-USD), n<minute> = llm calls,
 --             and h<hour> = the cost of the buckets of each UTC hour (the projection's)
 -- KEYS[3] :m  list of the bucket minutes, oldest first (RPUSH new, LPOP expired: amortised O(1))
@@ -65,7 +67,7 @@ end
 local function read_state(a, w, m, members)
   local v = redis.call('HMGET', a, 'total', 'calls', 'paused', 'reason', 'override',
     'threshold', 'auto_resume', 'webhook', 'configured', 'hours', 'alert_at', 'alerted', 'loaded',
-    'vlimit', 'vwindow', 'paused_at')
+    'vlimit', 'vwindow', 'paused_at', 'ign_since', 'ign_calls', 'ign_nano', 'ign_flag')
   if v[13] ~= '1' then return nil end
   if not v[10] then sum_hours(a, w, m) end
   local levels = {}
@@ -78,6 +80,7 @@ local function read_state(a, w, m, members)
     threshold = tonumber(v[6]), threshold_s = v[6], auto_resume = v[7] == '1',
     webhook = v[8] or false, configured = v[9] == '1', dirty = false,
     vlimit = tonumber(v[14] or '0'), vwindow = tonumber(v[15] or '5'), spent = 0, since = tonumber(v[16] or '0'),
+    ign = { since = tonumber(v[17] or '0'), calls = tonumber(v[18] or '0'), nano = tonumber(v[19] or '0'), flagged = v[20] == '1' },
   }
 end
 

@@ -6,7 +6,8 @@
 -- ARGV[3] JSON {minutes: [[minute, cost, calls]] oldest first, seen: [[cost, minute]],
 --   policy: {threshold, auto_resume (0|1), webhook|false, configured (0|1), shown|false,
 --     alert_at (comma-separated), vlimit (0: none), vwindow},
---   pause: {paused (0|1), reason ('' when running), override (0|1), since (ms, 0: running)}},
+--   pause: {paused (0|1), reason ('' when running), override (0|1), since (ms, 0: running)},
+--   ignored: {since, calls, nano, flagged (0|1)} (the newest ignoring-pause record; since 0: none)},
 --   numbers as strings
 -- Returns 1 when it installed, 0 when the agent was loaded already. The rules do not run:
 -- what a load finds is what was decided, and the next event evaluates as usual.
@@ -32,6 +33,8 @@ redis.call('HSET', A, 'total', fmt(st.total), 'calls', fmt(st.calls),
   'paused', q.paused, 'reason', q.reason, 'override', q.override, 'paused_at', q.since,
   'threshold', p.threshold, 'auto_resume', p.auto_resume, 'configured', p.configured,
   'loaded', '1', 'hours', '1', 'vlimit', p.vlimit, 'vwindow', p.vwindow)
+local g = data.ignored
+redis.call('HSET', A, 'ign_since', g.since, 'ign_calls', g.calls, 'ign_nano', g.nano, 'ign_flag', g.flagged)
 if p.webhook then redis.call('HSET', A, 'webhook', p.webhook) end
 if p.shown then redis.call('HSET', A, 'shown', p.shown) end
 -- The levels the total is at count as fired (memory.ts beginRestore says why).

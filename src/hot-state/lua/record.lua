@@ -6,10 +6,11 @@
 -- KEYS[8..10] the fleet's :a :w :m (the agent '' of the user: types.ts FLEET)
 -- ARGV[1..7] (lib.lua)  ARGV[8] cost (nano-USD integer)  ARGV[9] llm calls (0|1)
 -- ARGV[10] the event's minute  ARGV[11] the event's row (JSON)  ARGV[12] its id's fingerprint
--- ARGV[13] the fleet's JSON members
+-- ARGV[13] the fleet's JSON members  ARGV[14] the grace period of a pause (ms, issue 13)
 -- Returns NEEDS_LOAD, NEEDS_FLEET_LOAD, FENCED, FULL, or {counted (0|1), total, pause reason
 -- ('' when running), cost, threshold, spend (lib.lua), {level, version, …} of the alerts fired,
--- webhook or false, fleet, transition...} where cost is the one the id was first counted at
+-- webhook or false, fleet, ignored, transition...} where cost is the one the id was first
+-- counted at, ignored is false or {paused_at, calls, nano, version} (the flag raised),
 -- and fleet is {pause reason, total, threshold, webhook or false, {transition...}, {level,
 -- version, …}, spend or false (only with alerts: their projection)}.
 local st = read_state(A, W, M, ARGV[5])
@@ -33,10 +34,38 @@ local seen = seen_cost(KEYS[7], ids, ARGV[12], now_minute)
 if seen then
   if st.dirty then save_state(st) end
   if fleet.dirty then save_state(fleet) end
-  return { 0, fmt(st.total), st.reason, seen, st.threshold_s, spend(st, now_minute), {}, false, fleet_reply({}, {}, false) }
+  return { 0, fmt(st.total), st.reason, seen, st.threshold_s, spend(st, now_minute), {}, false, fleet_reply({}, {}, false), false }
 end
 remember(KEYS[7], ids, ARGV[12], ARGV[8], ARGV[10])
 journal('events', ARGV[11])
+
+-- policy.ts countIgnored(), against the pause its client was told of before this event (the
+-- agent's own, else its fleet's): an llm_call after the pause and its grace is counted, and
+-- the first of a pause raises the flag (journaled). Returns the reply's `ignored`.
+local function count_ignored()
+  if ARGV[9] ~= '1' then return false end
+  local since = 0
+  if st.paused then since = st.since elseif fleet.paused then since = fleet.since end
+  local ign = st.ign
+  if since == 0 then
+    if ign.since ~= 0 then st.ign, st.ign_dirty = { since = 0, calls = 0, nano = 0, flagged = false }, true end
+    return false
+  end
+  if ign.since ~= since then
+    ign = { since = since, calls = 0, nano = 0, flagged = false }
+    st.ign, st.ign_dirty = ign, true
+  end
+  if NOW <= since + tonumber(ARGV[14]) then return false end
+  local raised = not ign.flagged
+  ign.calls, ign.nano, ign.flagged = ign.calls + 1, ign.nano + tonumber(ARGV[8]), true
+  st.ign_dirty = true
+  if not raised then return false end
+  local version = next_version(st)
+  journal('ignored_pauses', '{' .. st.members .. ',"at":"' .. ARGV[6] .. '","version":' .. fmt(version) ..
+    ',"paused_at_ms":' .. fmt(since) .. ',"calls":' .. fmt(ign.calls) .. ',"cost_nano":' .. fmt(ign.nano) .. '}')
+  return { fmt(since), fmt(ign.calls), fmt(ign.nano), fmt(version) }
+end
+local ignored = count_ignored()
 
 -- memory.ts #add(): the event added to a state (the agent's, its fleet's) and the rules applied;
 -- the transitions go to `transitions`, the alerts' {level, version} to `alerts`.
@@ -57,7 +86,10 @@ local function step(s, transitions, alerts)
   if s.pushed then touch(s) end
 end
 
-local out = { 1, '', 0, ARGV[8], st.threshold_s, false, {}, st.webhook or false, false }
+local out = { 1, '', 0, ARGV[8], st.threshold_s, false, {}, st.webhook or false, false, ignored }
+if st.ign_dirty then
+  redis.call('HSET', A, 'ign_since', fmt(st.ign.since), 'ign_calls', fmt(st.ign.calls), 'ign_nano', fmt(st.ign.nano), 'ign_flag', b01(st.ign.flagged))
+end
 step(st, out, out[7])
 local fleet_transitions, fleet_alerts = {}, {}
 step(fleet, fleet_transitions, fleet_alerts)
