@@ -99,6 +99,8 @@ class BurnrateServer:
             CONFIG_RATE_LIMIT="100000",
             # Event lists trail POST /events by the shipping interval (1 s by default).
             SHIP_INTERVAL_MS="50",
+            # A call after a pause is ignored at once (no grace): the flag without a 60 s wait.
+            PAUSE_GRACE_MS="0",
         )
         return env
 

@@ -108,6 +108,21 @@ class BudgetTest(unittest.TestCase):
         self.assertIs(first.llm_call("gpt-4o", GPT4O_IN, GPT4O_OUT), True)
         self.assertEqual(self.errors, [])
 
+    def test_a_velocity_pause_and_the_ignoring_pause_flag_are_surfaced(self) -> None:
+        """Issue 13: paused_reason "velocity"; refresh() reports ignoring_pause when something
+        past this client goes on sending for the agent after its pause."""
+        agent = unique("fast")
+        self.assertEqual(S.api.call("POST", "/config", {"agent_id": agent, "velocity_limit_usd": 0.01, "velocity_window_minutes": 5})[0], 200)
+        br = self.client(agent)
+        self.assertIs(br.llm_call("gpt-4o", GPT4O_IN, GPT4O_OUT), True)
+        self.assertIs(br.llm_call("gpt-4o", GPT4O_IN, GPT4O_OUT), False)  # 0.015 within 5 minutes
+        self.assertEqual((br.paused, br.paused_reason, br.ignoring_pause), (True, "velocity", False))
+        status, answer = S.api.call("POST", "/events", {"agent_id": agent, "event_type": "llm_call", "model": "gpt-4o", "input_tokens": GPT4O_IN, "output_tokens": GPT4O_OUT})
+        self.assertEqual((status, answer["paused"]), (200, True))
+        self.assertIs(br.refresh(), True)
+        self.assertEqual((br.paused_reason, br.ignoring_pause), ("velocity", True))
+        self.assertEqual(self.errors, [])
+
     def test_remaining_projection_and_on_alert_once_per_level(self) -> None:
         """Issue 12: what is left, when it runs out, and each alert level crossed told once."""
         agent = unique("alerts")

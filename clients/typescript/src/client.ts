@@ -83,6 +83,7 @@ export class Burnrate {
   private configuring: Promise<boolean> | undefined
   private isPaused = false
   private reason: string | null = null
+  private ignoring = false
   private last: EventResponse | undefined
 
   constructor(options: BurnrateOptions) {
@@ -160,6 +161,14 @@ export class Burnrate {
    */
   get pausedReason(): string | null {
     return this.isPaused ? this.reason : null
+  }
+
+  /**
+   * Whether burnrate flagged this agent for calling the model after its pause (issue 13), as
+   * of the last refresh(): something sends for it past this client. False before any refresh.
+   */
+  get ignoringPause(): boolean {
+    return this.ignoring
   }
 
   /** The last answer to POST /events (cost, 24 h total, duplicate), if any. */
@@ -280,9 +289,11 @@ export class Burnrate {
       if (answer.status === 404) {
         this.isPaused = false
         this.reason = null
+        this.ignoring = false
       } else if (isObject(answer.body) && typeof answer.body.is_paused === 'boolean') {
         this.isPaused = answer.body.is_paused
         this.reason = this.isPaused && typeof answer.body.paused_reason === 'string' ? answer.body.paused_reason : null
+        this.ignoring = answer.body.ignoring_pause === true
       } else {
         throw new BurnrateError('burnrate GET /agents/{agent_id}: the answer has no is_paused flag', { operation: 'refresh', code: 'invalid_response', status: answer.status, retryable: false })
       }

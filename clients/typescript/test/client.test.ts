@@ -37,7 +37,7 @@ beforeAll(async () => {
   const pricesFile = join(freshDataDir(), 'prices.json')
   writeFileSync(pricesFile, JSON.stringify(PRICES))
   dataDir = freshDataDir()
-  server = await startServe(dataDir, { PRICES_FILE: pricesFile, WEBHOOK_ALLOW_PRIVATE: 'true', CONFIG_RATE_LIMIT: '100000', READS_RATE_LIMIT: '100000' })
+  server = await startServe(dataDir, { PRICES_FILE: pricesFile, WEBHOOK_ALLOW_PRIVATE: 'true', CONFIG_RATE_LIMIT: '100000', READS_RATE_LIMIT: '100000', PAUSE_GRACE_MS: '0' })
   key = (await createKey(dataDir, 'alice', ['--rate-limit', '100000'])).key
   receiver = await startReceiver()
 })
@@ -204,6 +204,20 @@ describe('start-up config and the pause signal', () => {
     expect(await one.refresh()).toBe(false)
     expect(one.pausedReason).toBeNull()
     expect(await one.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(errors).toEqual([])
+  })
+
+  it('surfaces a velocity pause and, after refresh(), the flag of an agent something else sends for after its pause (issue 13)', async () => {
+    const id = agentName('fast')
+    await api(server.url, 'POST', '/config', key, { agent_id: id, velocity_limit_usd: 0.01, velocity_window_minutes: 5 })
+    const { c, errors } = make(id)
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(false) // 0.015 within 5 minutes: over 0.01
+    expect([c.paused, c.pausedReason, c.ignoringPause]).toEqual([true, 'velocity', false])
+    // Something past this client goes on reporting calls for the agent (no grace on this server).
+    expect((await api(server.url, 'POST', '/events', key, { agent_id: id, event_type: 'llm_call', model: 'gpt-4o', input_tokens: 1000, output_tokens: 500 })).body.paused).toBe(true)
+    expect(await c.refresh()).toBe(true)
+    expect([c.pausedReason, c.ignoringPause]).toEqual(['velocity', true])
     expect(errors).toEqual([])
   })
 

@@ -72,6 +72,10 @@ class AsyncBurnrate:
         return self._client.paused_reason
 
     @property
+    def ignoring_pause(self) -> bool:
+        return self._client.ignoring_pause
+
+    @property
     def last_response(self) -> Optional[Dict[str, Any]]:
         return self._client.last_response
 

@@ -137,6 +137,7 @@ class Burnrate:
         self._config_lock = threading.Lock()
         self._paused = False
         self._paused_reason: Optional[str] = None
+        self._ignoring_pause = False
         self._last_response: Optional[Dict[str, Any]] = None
         self._config_pending = self._config is not None
 
@@ -166,6 +167,13 @@ class Burnrate:
         reason stops it alike."""
         with self._lock:
             return self._paused_reason if self._paused else None
+
+    @property
+    def ignoring_pause(self) -> bool:
+        """Whether burnrate flagged this agent for calling the model after its pause (something
+        sends for it past this client), as of the last ``refresh()``; False before one."""
+        with self._lock:
+            return self._ignoring_pause
 
     @property
     def last_response(self) -> Optional[Dict[str, Any]]:
@@ -307,6 +315,7 @@ class Burnrate:
         with self._lock:
             self._paused = paused
             self._paused_reason = reason if paused and isinstance(reason, str) else None
+            self._ignoring_pause = answer.get("ignoring_pause") is True
         return paused
 
     def wait_until_resumed(self, poll_interval: float = 5.0, timeout: Optional[float] = None) -> bool:
