@@ -79,7 +79,7 @@ local function read_state(a, w, m, members)
     paused = v[3] == '1', reason = v[4] or '', override = v[5] == '1',
     threshold = tonumber(v[6]), threshold_s = v[6], auto_resume = v[7] == '1',
     webhook = v[8] or false, configured = v[9] == '1', dirty = false,
-    vlimit = tonumber(v[14] or '0'), vwindow = tonumber(v[15] or '5'), spent = 0, since = tonumber(v[16] or '0'),
+    vlimit = tonumber(v[14] or '0'), vwindow = tonumber(v[15] or '5'), spent = 0, since = tonumber(v[16] or '0'), since_read = tonumber(v[16] or '0'),
     ign = { since = tonumber(v[17] or '0'), calls = tonumber(v[18] or '0'), nano = tonumber(v[19] or '0'), flagged = v[20] == '1' },
   }
 end
@@ -91,7 +91,9 @@ end
 
 local function save_state(st)
   redis.call('HSET', st.a, 'total', fmt(st.total), 'calls', fmt(st.calls), 'paused', b01(st.paused),
-    'reason', st.reason, 'override', b01(st.override), 'alerted', st.alerted, 'paused_at', fmt(st.since))
+    'reason', st.reason, 'override', b01(st.override), 'alerted', st.alerted)
+  -- Only a transition changes it: a running agent never gets the field (Redis memory per agent).
+  if st.since ~= st.since_read then redis.call('HSET', st.a, 'paused_at', fmt(st.since)) end
 end
 
 -- policy.ts evaluateAlerts(), level for level: mutates st.alerted and returns the levels

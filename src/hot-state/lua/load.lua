@@ -30,11 +30,14 @@ for i = 4, #ARGV do
 end
 local p, q = data.policy, data.pause
 redis.call('HSET', A, 'total', fmt(st.total), 'calls', fmt(st.calls),
-  'paused', q.paused, 'reason', q.reason, 'override', q.override, 'paused_at', q.since,
+  'paused', q.paused, 'reason', q.reason, 'override', q.override,
   'threshold', p.threshold, 'auto_resume', p.auto_resume, 'configured', p.configured,
-  'loaded', '1', 'hours', '1', 'vlimit', p.vlimit, 'vwindow', p.vwindow)
+  'loaded', '1', 'hours', '1')
+if p.configured == '1' then redis.call('HSET', A, 'vlimit', p.vlimit, 'vwindow', p.vwindow) end
+-- A running agent, and one never flagged, get no field for it (Redis memory per agent).
+if q.since ~= '0' then redis.call('HSET', A, 'paused_at', q.since) end
 local g = data.ignored
-redis.call('HSET', A, 'ign_since', g.since, 'ign_calls', g.calls, 'ign_nano', g.nano, 'ign_flag', g.flagged)
+if g.since ~= '0' then redis.call('HSET', A, 'ign_since', g.since, 'ign_calls', g.calls, 'ign_nano', g.nano, 'ign_flag', g.flagged) end
 if p.webhook then redis.call('HSET', A, 'webhook', p.webhook) end
 if p.shown then redis.call('HSET', A, 'shown', p.shown) end
 -- The levels the total is at count as fired (memory.ts beginRestore says why).
