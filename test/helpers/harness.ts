@@ -3,10 +3,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
 import { pino } from 'pino'
+import { afterAll, beforeAll } from 'vitest'
 import { buildApp } from '../../src/app.ts'
 import type { Clock } from '../../src/clock.ts'
 import { loadConfig } from '../../src/config.ts'
 import { openServices, type Services } from '../../src/server.ts'
+import { startReceiver, type Receiver } from './receiver.ts'
 
 export interface Harness {
   app: FastifyInstance
@@ -65,6 +67,23 @@ export async function startHarness(opts: { clock?: Clock; env?: Record<string, s
       await services.close()
     },
   }
+}
+
+/**
+ * One harness and one chat-webhook receiver for a test file, started before its tests and
+ * closed after them: read `h` and `receiver` inside the tests.
+ */
+export function harnessAndReceiver(opts: Parameters<typeof startHarness>[0]): { readonly h: Harness; readonly receiver: Receiver } {
+  const started = {} as { h: Harness; receiver: Receiver }
+  beforeAll(async () => {
+    started.receiver = await startReceiver()
+    started.h = await startHarness(opts)
+  })
+  afterAll(async () => {
+    await started.h?.close()
+    await started.receiver?.close()
+  })
+  return started
 }
 
 /** Takes the events table away for real while `fn` runs, so ClickHouse refuses the shipper's INSERTs. */
