@@ -1,7 +1,7 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
-import { alertsReached, holdingPause, ignoring, pausedBy } from '../hot-state/policy.ts'
+import { alertsReached, holdingPause, ignoring, pausedReasonOf } from '../hot-state/policy.ts'
 import { DEFAULT_POLICY, RUNNING, fleetOf, isFleet, type AgentPolicy, type AgentRef, type HotState, type Ignored, type PauseState } from '../hot-state/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl } from '../notify/webhook.ts'
@@ -81,7 +81,7 @@ export class AgentService {
   /** GET /fleet (issue 12): the user's 24 h total over all of their agents, against the fleet's budget. */
   async fleet(userId: string) {
     const { snapshot: s, exhaustionAt } = await this.#d.hotState.get(fleetOf(userId), this.#d.clock.now())
-    const { paused, pausedReason } = pausedBy(RUNNING, s.pause)
+    const holding = holdingPause(RUNNING, s.pause)
     return {
       total_cost_usd: nanoToUsd(s.totalNano),
       llm_calls: s.llmCalls,
@@ -89,9 +89,9 @@ export class AgentService {
       cost_threshold_usd: s.configured ? nanoToUsd(s.policy.thresholdNano) : null,
       remaining_usd: s.configured ? nanoToUsd(s.policy.thresholdNano - s.totalNano) : null,
       projected_exhaustion_at: isoOrNull(exhaustionAt),
-      is_paused: paused,
-      paused_reason: pausedReason,
-      paused_at: pausedAt(s.pause),
+      is_paused: holding !== null,
+      paused_reason: pausedReasonOf(holding),
+      paused_at: holding ? pausedAt(holding.pause) : null,
       override: s.pause.override,
       alerts_reached: levelsReached(s.totalNano, s.policy),
       config: s.configured ? formatConfig(s.policy) : null,
@@ -112,15 +112,14 @@ export class AgentService {
     // One shape for every row (an absent threshold is undefined, which the reply leaves out):
     // a spread of an optional field made rows of two shapes and took a quarter of the listing.
     return listed.map(({ agentId, snapshot: s }) => {
-      const { paused, pausedReason } = pausedBy(s.pause, fleet.pause)
       const holding = holdingPause(s.pause, fleet.pause)
       return {
         agent_id: agentId,
         total_cost_usd: nanoToUsd(s.totalNano),
         llm_calls: s.llmCalls,
         cost_threshold_usd: s.configured ? nanoToUsd(s.policy.thresholdNano) : undefined,
-        is_paused: paused,
-        paused_reason: pausedReason,
+        is_paused: holding !== null,
+        paused_reason: pausedReasonOf(holding),
         remaining_usd: nanoToUsd(s.policy.thresholdNano - s.totalNano),
         alerts_reached: levelsReached(s.totalNano, s.policy),
         ignoring_pause: ignoring(s.ignored, holding?.pause.since ?? 0),
@@ -174,7 +173,6 @@ export class AgentService {
       hotState.get(fleetOf(userId), now),
     ])
     const { snapshot } = state
-    const { paused, pausedReason } = pausedBy(snapshot.pause, fleet.snapshot.pause)
     const holding = holdingPause(snapshot.pause, fleet.snapshot.pause)
     await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || snapshot.configured)
     const last = events.at(-1)
@@ -184,8 +182,8 @@ export class AgentService {
       // may lag an acknowledged event by the shipper's interval plus one INSERT.
       total_cost_usd: nanoToUsd(snapshot.totalNano),
       llm_calls: snapshot.llmCalls,
-      is_paused: paused,
-      paused_reason: pausedReason,
+      is_paused: holding !== null,
+      paused_reason: pausedReasonOf(holding),
       paused_at: holding ? pausedAt(holding.pause) : null,
       // Issue 13: llm_calls that kept coming after the pause that holds and its grace period.
       ...ignoredOf(snapshot.ignored, holding?.pause.since ?? 0),
@@ -275,7 +273,7 @@ function ignoredOf(ign: Ignored, since: number) {
   return { ignoring_pause: flagged, ignored_calls: flagged ? ign.calls : 0, ignored_usd: flagged ? nanoToUsd(ign.nano) : 0 }
 }
 
-/** When a pause began, ISO; null while running, or for a pause Redis held from before this was kept (0). */
+/** When a pause (one that holds) began, ISO; null for a pause Redis held from before this was kept (0). */
 function pausedAt(pause: PauseState): string | null {
-  return pause.paused && pause.since > 0 ? new Date(pause.since).toISOString() : null
+  return pause.since > 0 ? new Date(pause.since).toISOString() : null
 }

@@ -97,12 +97,17 @@ export function holdingPause<T extends Told>(agent: T, fleet: T): { pause: T; fl
   return null
 }
 
+/** Why the pause that holds (holdingPause) holds, as the API says it; null when none does. */
+export function pausedReasonOf(holding: { pause: Told; fleet: boolean } | null): PausedReason | null {
+  if (!holding) return null
+  const reason = holding.pause.reason ?? 'budget'
+  return holding.fleet ? FLEET_REASONS[reason] : reason
+}
+
 /** Whether an agent is paused (holdingPause), and why as the API says it. */
 export function pausedBy(agent: Told, fleet: Told): { paused: boolean; pausedReason: PausedReason | null } {
   const holding = holdingPause(agent, fleet)
-  if (!holding) return NOT_PAUSED
-  const reason = holding.pause.reason ?? 'budget'
-  return { paused: true, pausedReason: holding.fleet ? FLEET_REASONS[reason] : reason }
+  return holding ? { paused: true, pausedReason: pausedReasonOf(holding) } : NOT_PAUSED
 }
 
 const NOT_PAUSED = Object.freeze({ paused: false, pausedReason: null })
