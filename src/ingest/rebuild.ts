@@ -4,7 +4,7 @@ import { fingerprint } from '../hot-state/dedup.ts'
 import { isFleet, type Ignored, type AgentLoad, type AgentLoader, type AgentPolicy, type AgentRef, type PauseState, type Transition } from '../hot-state/types.ts'
 import { allConfigs, policyOf } from '../storage/configs.ts'
 import { fleetMinutes, scanWindow, seenEvents, windowMinutes } from '../storage/events.ts'
-import { latestIgnored } from '../storage/ignored.ts'
+import { ignoredOf, latestIgnored } from '../storage/ignored.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
 import type { JournalEntry } from '../journal/types.ts'
 import { chDateTimeToMs } from '../storage/clickhouse.ts'
@@ -33,7 +33,7 @@ export async function rebuildHotState(
   const pauseStates = new NewestPerAgent<PauseState>()
   for (const p of pauses) pauseStates.offer(p, p.version, pauseOf(p, p.atMs))
   const ignoredFlags = new NewestPerAgent<Ignored>()
-  for (const i of ignored) ignoredFlags.offer({ user_id: i.userId, agent_id: i.agentId }, i.version, i.ignored)
+  for (const i of ignored) ignoredFlags.offer(i, i.version, i.ignored)
   for await (const { table, row } of unshipped) {
     if (table === 'events') {
       const ref = { userId: row.user_id, agentId: row.agent_id }
@@ -44,7 +44,7 @@ export async function rebuildHotState(
     } else if (table === 'agent_configs') {
       policies.offer(row, row.version, policyOf(row))
     } else if (table === 'ignored_pauses') {
-      ignoredFlags.offer(row, row.version, { since: row.paused_at_ms, calls: row.calls, nano: row.cost_nano, flagged: true })
+      ignoredFlags.offer(row, row.version, ignoredOf(row))
     }
     // budget_alerts: a record; the alert state follows from the totals (MemoryHotState.beginRestore).
   }
@@ -152,7 +152,7 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
     if (l) l.pause = pauseOf(p, p.atMs)
   }
   for (const i of ignored) {
-    const l = of({ user_id: i.userId, agent_id: i.agentId })
+    const l = of(i)
     if (l) l.ignored = i.ignored
   }
   return loads

@@ -22,12 +22,19 @@ export function ignoredRow(i: IgnoredPause): IgnoredRow {
   return { user_id: i.userId, agent_id: i.agentId, at: toChDateTime(i.at), version: i.version, paused_at_ms: i.pausedSince, calls: i.calls, cost_nano: i.costNano }
 }
 
-const int = z.coerce.number().int()
-const latestRow = z.object({ user_id: z.string(), agent_id: z.string(), paused_at_ms: int, calls: int, cost_nano: int, last_version: int })
+/** A record as the hot state keeps it: the counts as of the flag, against the pause it names. */
+export function ignoredOf(r: Pick<IgnoredRow, 'paused_at_ms' | 'calls' | 'cost_nano'>): Ignored {
+  return { since: r.paused_at_ms, calls: r.calls, nano: r.cost_nano, flagged: true }
+}
 
-/** Each agent's newest ignoring-pause record, as the hot state keeps it (its counts as of the flag). */
-export async function latestIgnored(client: ClickHouseClient, refs?: readonly AgentRef[]): Promise<Array<AgentRef & { version: number; ignored: Ignored }>> {
-  const rows = await select(
+const int = z.coerce.number().int()
+const latestRow = z
+  .object({ user_id: z.string(), agent_id: z.string(), paused_at_ms: int, calls: int, cost_nano: int, last_version: int })
+  .transform((r) => ({ user_id: r.user_id, agent_id: r.agent_id, version: r.last_version, ignored: ignoredOf(r) }))
+
+/** Each agent's newest ignoring-pause record, as the hot state keeps it. */
+export function latestIgnored(client: ClickHouseClient, refs?: readonly AgentRef[]): Promise<Array<{ user_id: string; agent_id: string; version: number; ignored: Ignored }>> {
+  return select(
     client,
     `SELECT user_id, agent_id, argMax(paused_at_ms, version) AS paused_at_ms, argMax(calls, version) AS calls, argMax(cost_nano, version) AS cost_nano,
             max(version) AS last_version
@@ -35,5 +42,4 @@ export async function latestIgnored(client: ClickHouseClient, refs?: readonly Ag
     agentsParams(refs),
     latestRow,
   )
-  return rows.map((r) => ({ userId: r.user_id, agentId: r.agent_id, version: r.last_version, ignored: { since: r.paused_at_ms, calls: r.calls, nano: r.cost_nano, flagged: true } }))
 }
