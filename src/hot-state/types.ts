@@ -17,6 +17,16 @@ export interface AgentPolicy {
 
 export const DEFAULT_VELOCITY_WINDOW_MINUTES = 5
 
+/** A velocity limit as stored (ClickHouse's velocity_limit_nano, sql/0014; Redis's vlimit): 0 is none. */
+export function storedVelocityLimit(limit: Nano | null): Nano {
+  return limit ?? 0
+}
+
+/** The velocity limit a stored value (storedVelocityLimit) holds. */
+export function velocityLimitOf(stored: number): Nano | null {
+  return stored > 0 ? stored : null
+}
+
 export const DEFAULT_ALERT_AT: readonly number[] = Object.freeze([0.8])
 
 export const DEFAULT_THRESHOLD_NANO: Nano = 10_000_000_000 // SPEC.md 2.3: 10.0 USD

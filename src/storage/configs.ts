@@ -1,6 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
-import type { AgentPolicy, AgentRef } from '../hot-state/types.ts'
+import { storedVelocityLimit, velocityLimitOf, type AgentPolicy, type AgentRef } from '../hot-state/types.ts'
 import { nanoToUsd, type Nano } from '../money.ts'
 import { maskWebhookUrl } from '../notify/webhook.ts'
 import { toChDateTime } from './clickhouse.ts'
@@ -54,7 +54,7 @@ export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number, act
     slack_webhook_url: policy.webhookUrl,
     auto_resume: policy.autoResume,
     alert_at: policy.alertAt,
-    velocity_limit_nano: policy.velocityLimitNano ?? 0,
+    velocity_limit_nano: storedVelocityLimit(policy.velocityLimitNano),
     velocity_window_minutes: policy.velocityWindowMinutes,
     updated_at: toChDateTime(nowMs),
     version: nextVersion(nowMs),
@@ -120,7 +120,7 @@ export function policyOf(c: ConfigRow): AgentPolicy {
     autoResume: c.auto_resume,
     webhookUrl: c.slack_webhook_url,
     alertAt: c.alert_at,
-    velocityLimitNano: c.velocity_limit_nano > 0 ? c.velocity_limit_nano : null,
+    velocityLimitNano: velocityLimitOf(c.velocity_limit_nano),
     velocityWindowMinutes: c.velocity_window_minutes,
   }
 }
