@@ -13,11 +13,13 @@ import { Problem, StoreUnavailableError, type ProblemCode } from './errors.ts'
 import type { HotState } from './hot-state/types.ts'
 import { JournalFullError, type JournalStatus } from './journal/types.ts'
 import type { IngestService } from './ingest/service.ts'
+import type { HoldService } from './holds/service.ts'
 import { agentsRoutes } from './routes/agents.ts'
 import { GroupedLocalStore } from './routes/limits.ts'
 import { configRoutes } from './routes/config.ts'
 import { eventsRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
+import { holdsRoutes } from './routes/holds.ts'
 import { routeLimits } from './routes/limits.ts'
 import { MAX_BODY_BYTES } from './schemas/event.ts'
 import { assertWellFormed } from './schemas/well-formed.ts'
@@ -40,6 +42,7 @@ export interface AppDeps {
   clickhouse: ClickHouseClient
   hotState: HotState
   ingest: IngestService
+  holds: HoldService
   agents: AgentService
   keys: ApiKeys
   /** The time failed authentications are counted by (tests step it). */
@@ -167,6 +170,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const limits = routeLimits(deps.config)
   await app.register(healthRoutes(deps.clickhouse, deps.hotState, deps.journal, deps.deadLetters ?? (() => 0)))
   await app.register(eventsRoutes(deps.ingest, limits))
+  await app.register(holdsRoutes(deps.holds, limits))
   await app.register(configRoutes(deps.agents, limits))
   await app.register(agentsRoutes(deps.agents, limits))
   return app

@@ -8,6 +8,7 @@ export const PROBLEMS = {
   invalid_json: { status: 400, title: 'The request body is not valid JSON' },
   unauthorized: { status: 401, title: 'A valid x-api-key header is required' },
   agent_not_found: { status: 404, title: 'No such agent' },
+  hold_not_found: { status: 404, title: 'No such open budget hold' },
   not_found: { status: 404, title: 'No such route' },
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   payload_too_large: { status: 413, title: 'The request body is too large' },

@@ -15,6 +15,7 @@ export interface Metrics {
   unpricedQuantities: Counter<'quantity'>
   /** Agents flagged for calling the model after their pause and its grace (issue 13), once per pause. */
   ignoredPauses: Counter
+  holds: Counter<'result'>
   /** A batch of the journal is in ClickHouse. */
   shipped(s: { rows: number; durationMs: number; waitedMs: number[] }): void
 }
@@ -64,6 +65,12 @@ export function createMetrics(sources: {
     ignoredPauses: new Counter({
       name: 'burnrate_ignored_pauses_total',
       help: 'Agents flagged ignoring_pause: llm_calls kept arriving after their pause and its grace period (once per pause)',
+      registers: [registry],
+    }),
+    holds: new Counter({
+      name: 'burnrate_holds_total',
+      help: 'Budget holds asked for (POST /holds), by result: granted, or why refused (paused, budget, fleet_budget)',
+      labelNames: ['result'],
       registers: [registry],
     }),
     deadLetters: new Counter({ name: 'burnrate_ship_dead_letters_total', help: 'Journal rows ClickHouse refused for their content, moved to the dead_letters table', registers: [registry] }),

@@ -19,6 +19,7 @@ import { createMetrics, serveMetrics, type Metrics } from './metrics.ts'
 import { announceBudgetPauses, WebhookPauseNotifier } from './ingest/notify.ts'
 import { agentLoader, rebuildHotState } from './ingest/rebuild.ts'
 import { IngestService } from './ingest/service.ts'
+import { HoldService } from './holds/service.ts'
 import { keepJournal } from './journal/keeper.ts'
 import { RedisJournal } from './journal/redis-streams.ts'
 import { SegmentLog } from './journal/segment-log.ts'
@@ -42,6 +43,7 @@ export interface Services {
   clickhouse: ClickHouseClient
   hotState: HotState
   ingest: IngestService
+  holds: HoldService
   /** This instance's journal (the segment log, or its Redis streams): its backlog for /readyz. */
   journal: JournalStatus
   /** Rows moved to dead_letters since start (/readyz). */
@@ -146,6 +148,7 @@ export async function openServices(
   // With Redis, journals of instances that died are shipped by whichever instance sees it first.
   const keeper = redisJournal ? keepJournal({ journal: redisJournal, clickhouse, maxRows: config.ship.maxRows, log, onDeadLetter }) : null
 
+  const holds = new HoldService({ hotState, prices, clock, onHold: (refusal) => metrics.holds.inc({ result: refusal ?? 'granted' }) })
   const agents = new AgentService({ clickhouse, hotState, clock, allowPrivateWebhooks: config.webhook.allowPrivate })
   const keys = new ApiKeys(clickhouse, {
     clock,
@@ -169,6 +172,7 @@ export async function openServices(
     clickhouse,
     hotState,
     ingest,
+    holds,
     journal,
     deadLetters: () => deadLetters,
     shipper,

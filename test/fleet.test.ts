@@ -22,6 +22,7 @@ describe('the fleet budget (issue 12)', () => {
       llm_calls: 0,
       cost_threshold_usd: null,
       remaining_usd: null,
+      held_usd: 0,
       projected_exhaustion_at: null,
       is_paused: false,
       paused_reason: null,

@@ -148,6 +148,31 @@ describe('two instances, one Redis', () => {
     expect(await pausesStored(user, agent, 'velocity')).toBe(1)
   })
 
+  it('grant 50 concurrent holds of one agent no more than its budget allows, and settle each once under retries through both (issue 13)', async () => {
+    const user = unique('u')
+    const key = await a.key(user)
+    const agent = unique('guarded')
+    await a.post('/config', { agent_id: agent, cost_threshold_usd: 0.1, alert_at: [] }, key)
+    await a.post('/events', llmCall(agent), key) // 0.0075 spent: 0.0925 left
+    // Worst cases of 0.0125 and 0.0225 (1000 and 2000 output tokens at most), alternating.
+    const asks = Array.from({ length: 50 }, (_, i) => ({ agent_id: agent, model: 'gpt-4o', input_tokens: 1000, max_output_tokens: 1000 * (1 + (i % 2)) }))
+    const answers = (await Promise.all(asks.map((body, i) => (i % 2 ? a : b).post('/holds', body, key)))).map((r) => r.json())
+    const granted = answers.filter((r) => r.allowed)
+    const heldUsd = granted.reduce((sum, r) => sum + r.held_usd, 0)
+    expect(heldUsd).toBeLessThanOrEqual(0.0925 + 1e-9)
+    // Refused only when neither worst case had room: what is left is under the smaller one.
+    expect(0.0925 - heldUsd).toBeLessThan(0.0125)
+    expect(answers.filter((r) => !r.allowed).every((r) => r.reason === 'budget')).toBe(true)
+    expect((await b.get(`/agents/${agent}`, key)).json().held_usd).toBeCloseTo(heldUsd, 9)
+    // Each granted call reports through both instances at once, twice: one settlement each.
+    const calls = granted.map((r) => llmCall(agent, { event_id: randomUUID(), hold_id: r.hold_id }))
+    await Promise.all(calls.flatMap((call) => [a.post('/events', call, key), b.post('/events', call, key), a.post('/events', call, key)]))
+    const after = (await a.get(`/agents/${agent}`, key)).json()
+    expect(after.held_usd).toBe(0)
+    expect(after.total_cost_usd).toBeCloseTo((1 + granted.length) * LLM_CALL_USD, 9)
+    expect(await storedRows(agent, user)).toBe(1 + granted.length)
+  })
+
   it('show a pause set through one instance on the other', async () => {
     const key = await a.key(unique('u'))
     await b.post('/events', llmCall('x'), key)

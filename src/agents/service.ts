@@ -88,6 +88,7 @@ export class AgentService {
       // Without a config the fleet has no budget: nothing is left of none, and it never runs out.
       cost_threshold_usd: s.configured ? nanoToUsd(s.policy.thresholdNano) : null,
       remaining_usd: s.configured ? nanoToUsd(s.policy.thresholdNano - s.totalNano) : null,
+      held_usd: nanoToUsd(s.heldNano),
       projected_exhaustion_at: isoOrNull(exhaustionAt),
       is_paused: holding !== null,
       paused_reason: pausedReasonOf(holding),
@@ -174,7 +175,8 @@ export class AgentService {
     ])
     const { snapshot } = state
     const holding = holdingPause(snapshot.pause, fleet.snapshot.pause)
-    await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || snapshot.configured)
+    // An agent with open holds (issue 13) is known, even before its first event.
+    await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || snapshot.configured || snapshot.heldNano > 0)
     const last = events.at(-1)
     return {
       agent_id: agentId,
@@ -188,6 +190,8 @@ export class AgentService {
       // Issue 13: llm_calls that kept coming after the pause that holds and its grace period.
       ...ignoredOf(snapshot.ignored, holding?.pause.since ?? 0),
       remaining_usd: nanoToUsd(snapshot.policy.thresholdNano - snapshot.totalNano),
+      // Issue 13: the worst cases of its open budget holds, counted with its total by the budget rules.
+      held_usd: nanoToUsd(snapshot.heldNano),
       projected_exhaustion_at: isoOrNull(state.exhaustionAt),
       alerts_reached: levelsReached(snapshot.totalNano, snapshot.policy),
       config: snapshot.configured ? formatConfig(snapshot.policy) : null,

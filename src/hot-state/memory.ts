@@ -6,7 +6,8 @@ import { ignoredRow } from '../storage/ignored.ts'
 import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
-import { alertsReached, carryAlerts, countIgnored, evaluate, evaluateAlerts, holdingPause, manual, pausedBy } from './policy.ts'
+import { alertsReached, carryAlerts, countIgnored, evaluate, evaluateAlerts, holdRefusal, holdRoom, holdingPause, manual, pausedBy, type HoldBudget } from './policy.ts'
+import { HoldBook, holdOfAnotherAgent, type OpenHold } from './holds.ts'
 import { exhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
 import { RollingWindow } from './window.ts'
@@ -22,6 +23,8 @@ import {
   type AgentRef,
   type AgentSnapshot,
   type BudgetAlert,
+  type HoldRequest,
+  type HoldResult,
   type HotState,
   type Ignored,
   type IgnoredPause,
@@ -30,6 +33,7 @@ import {
   type RecordEvent,
   type RecordInput,
   type RecordResult,
+  type ReleasedHold,
   type Restore,
   type Transition,
   type TransitionReason,
@@ -44,6 +48,8 @@ interface AgentEntry {
   alerted: number
   /** llm_calls after its pause and grace (policy.ts countIgnored); replaced, never changed. */
   ignored: Ignored
+  /** The sum of its open budget holds (issue 13), which #holds keeps. */
+  held: Nano
 }
 
 /** The embedded journal as the in-process hot state writes to it (journal/segment-log.ts). */
@@ -68,6 +74,8 @@ export class MemoryHotState implements HotState {
   readonly #byUser = new Map<string, Map<string, AgentEntry>>()
   // The window's event ids and their costs, at most 64 bytes each (dedup.ts).
   readonly #seen = new EventIdSet()
+  // user → their open budget holds (issue 13); a user without any has no book.
+  readonly #holds = new Map<string, HoldBook>()
   // Round-robin cursor over the agents, to forget idle ones a few at a time.
   #sweep: Iterator<[string, AgentEntry]> = this.#agents.entries()
 
@@ -109,11 +117,15 @@ export class MemoryHotState implements HotState {
     const fleet = this.#entry(fleetRef)
     agent.window.expire(nowMinute)
     fleet.window.expire(nowMinute)
+    this.#expireHolds(e.userId, now)
     const fp = fingerprint(e.userId, e.agentId, e.eventId)
     const seenCost = this.#seen.get(fp, nowMinute)
     if (seenCost !== undefined) {
       return { counted: false, costNano: seenCost, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions: [], alerts: [], ignored: null }
     }
+    // The hold this call settles is released before its real cost is counted; a retry was a
+    // repeat above, and an unknown or expired hold releases nothing.
+    if (e.holdId !== undefined) this.#settle(e, e.holdId)
     const minute = minuteOf(e.at)
     this.#seen.add(fp, e.costNano, minute)
     // Against the pause its client was told of before this event: the agent's own, else its fleet's.
@@ -124,6 +136,62 @@ export class MemoryHotState implements HotState {
     this.#add(e, agent, e, minute, now, transitions, alerts)
     this.#add(fleetRef, fleet, e, minute, now, transitions, alerts)
     return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions, alerts, ignored }
+  }
+
+  /** Releases the agent's open hold `holdId`; another agent's is a 404, before anything changed. */
+  #settle(ref: AgentRef, holdId: string): void {
+    const book = this.#holds.get(ref.userId)
+    const hold = book?.get(holdId)
+    if (!book || !hold) return
+    if (hold.agentId !== ref.agentId) throw holdOfAnotherAgent(holdId)
+    book.take(holdId)
+    this.#unhold(ref.userId, hold)
+  }
+
+  /** Drops the user's expired holds from what they hold. */
+  #expireHolds(userId: string, now: number): void {
+    const book = this.#holds.get(userId)
+    if (!book) return
+    book.expire(now, (hold) => this.#unhold(userId, hold))
+    if (book.size === 0) this.#holds.delete(userId)
+  }
+
+  /** A hold no longer counts against its agent's budget nor its fleet's. */
+  #unhold(userId: string, hold: OpenHold): void {
+    this.#entry({ userId, agentId: hold.agentId }).held -= hold.costNano
+    this.#entry(fleetOf(userId)).held -= hold.costNano
+  }
+
+  async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
+    const nowMinute = minuteOf(now)
+    this.#expireHolds(ref.userId, now)
+    const fleetRef = fleetOf(ref.userId)
+    const agent = this.#entry(ref)
+    const fleet = this.#entry(fleetRef)
+    agent.window.expire(nowMinute)
+    fleet.window.expire(nowMinute)
+    // What the expiry relaxed comes first: an auto-resumed agent may hold again.
+    const transitions = [this.#evaluate(ref, agent, now, false), this.#evaluate(fleetRef, fleet, now, false)].filter((t) => t !== null)
+    const refusal = holdRefusal(holdBudget(agent), holdBudget(fleet), request.costNano)
+    if (refusal === null) {
+      let book = this.#holds.get(ref.userId)
+      if (!book) this.#holds.set(ref.userId, (book = new HoldBook()))
+      book.add({ id: request.holdId, agentId: ref.agentId, costNano: request.costNano, expiresAt: request.expiresAt })
+      agent.held += request.costNano
+      fleet.held += request.costNano
+    }
+    const answer = { refusal, ...pausedBy(agent.pause, fleet.pause), remainingNano: holdRoom(holdBudget(agent), holdBudget(fleet)), transitions }
+    // Reads append past the bound, and so does a hold: it stores nothing but the rare relaxing transition.
+    if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
+    return answer
+  }
+
+  async release(userId: string, holdId: string, now: number): Promise<ReleasedHold | null> {
+    this.#expireHolds(userId, now)
+    const hold = this.#holds.get(userId)?.take(holdId)
+    if (!hold) return null
+    this.#unhold(userId, hold)
+    return { agentId: hold.agentId, costNano: hold.costNano }
   }
 
   /** Counts an llm_call against the pause that holds (policy.ts countIgnored); the flag when it raises it. */
@@ -174,6 +242,7 @@ export class MemoryHotState implements HotState {
     // One synchronous pass over the user's agents and at most one append: GET /agents reads
     // every agent of a user (10,000 in bench/), so nothing is allocated per agent but its entry.
     const nowMinute = minuteOf(now)
+    this.#expireHolds(userId, now)
     const listed: ListedAgent[] = []
     const transitions: Transition[] = []
     for (const [agentId, agent] of this.#byUser.get(userId) ?? []) {
@@ -191,12 +260,13 @@ export class MemoryHotState implements HotState {
     const agent = this.#agents.get(agentKey(ref))
     if (!agent) {
       return {
-        snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: defaultPolicy(ref), configured: false, ignored: NOT_IGNORED },
+        snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: defaultPolicy(ref), configured: false, ignored: NOT_IGNORED, heldNano: 0 },
         transition: null,
         exhaustionAt: null,
       }
     }
     agent.window.expire(minuteOf(now))
+    this.#expireHolds(ref.userId, now)
     const transition = this.#evaluate(ref, agent, now, false)
     const { exhaustionAt } = this.#budget(agent, now)
     // Reads append past the bound: a relaxing transition is rare, and a read never fails for it.
@@ -225,7 +295,8 @@ export class MemoryHotState implements HotState {
     this.#mustHaveRoom()
     const agent = this.#entry(ref)
     agent.window.expire(minuteOf(now))
-    const next = manual(agent.pause, paused, agent.window.totalNano, spentNano(agent, now), agent.policy, now)
+    this.#expireHolds(ref.userId, now)
+    const next = manual(agent.pause, paused, committedNano(agent), spentNano(agent, now), agent.policy, now)
     if (!next) {
       // Already so: answer once what made it so is on disk.
       await this.#journal.synced()
@@ -247,6 +318,8 @@ export class MemoryHotState implements HotState {
     this.#agents.clear()
     this.#byUser.clear()
     this.#seen.clear()
+    // Holds are hot state only: a rebuild starts without any (losing them loses only reservations).
+    this.#holds.clear()
     const nowMinute = minuteOf(now)
     // An event counts in its agent's window and in its fleet's.
     const count = (agent: AgentEntry, fleet: AgentEntry, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => {
@@ -318,7 +391,7 @@ export class MemoryHotState implements HotState {
     const key = agentKey(ref)
     let agent = this.#agents.get(key)
     if (!agent) {
-      agent = { window: new RollingWindow(), pause: RUNNING, policy: defaultPolicy(ref), configured: false, alerted: 0, ignored: NOT_IGNORED }
+      agent = { window: new RollingWindow(), pause: RUNNING, policy: defaultPolicy(ref), configured: false, alerted: 0, ignored: NOT_IGNORED, held: 0 }
       this.#agents.set(key, agent)
       // A fleet is kept with the agents (types.ts FLEET), but is not one of them.
       if (isFleet(ref)) return agent
@@ -331,7 +404,7 @@ export class MemoryHotState implements HotState {
 
   #evaluate(ref: AgentRef, agent: AgentEntry, now: number, mayPause: boolean): Transition | null {
     const spent = spentNano(agent, now)
-    const next = evaluate(agent.pause, agent.window.totalNano, spent, agent.policy, mayPause, now)
+    const next = evaluate(agent.pause, committedNano(agent), spent, agent.policy, mayPause, now)
     if (!next) return null
     agent.pause = next.state
     const transition = transitionOf(ref, agent, now, next.reason)
@@ -354,7 +427,7 @@ export class MemoryHotState implements HotState {
       }
       const [key, agent] = next.value
       agent.window.expire(nowMinute)
-      if (agent.window.empty && !agent.configured && !agent.pause.paused && !agent.pause.override) {
+      if (agent.window.empty && !agent.configured && !agent.pause.paused && !agent.pause.override && agent.held === 0) {
         this.#agents.delete(key)
         const { userId, agentId } = refOf(key)
         const agents = this.#byUser.get(userId)
@@ -399,8 +472,19 @@ function snapshotOf(agent: AgentEntry): AgentSnapshot {
     policy: agent.policy,
     configured: agent.configured,
     ignored: agent.ignored,
+    heldNano: agent.held,
   }
 }
+
+/** What the budget rules count: the spend of the window and the open holds (issue 13). */
+function committedNano(agent: AgentEntry): Nano {
+  return agent.window.totalNano + agent.held
+}
+
+function holdBudget(agent: AgentEntry): HoldBudget {
+  return { pause: agent.pause, totalNano: agent.window.totalNano, heldNano: agent.held, thresholdNano: agent.policy.thresholdNano }
+}
+
 
 /** The spend in the agent's velocity window (issue 13: at most 60 buckets read); 0 without a limit. */
 function spentNano(agent: AgentEntry, now: number): Nano {
@@ -421,5 +505,6 @@ function transitionOf(ref: AgentRef, agent: AgentEntry, now: number, reason: Tra
     totalNano: agent.window.totalNano,
     thresholdNano: agent.policy.thresholdNano,
     webhookUrl: agent.policy.webhookUrl,
+    ...(agent.held !== 0 ? { heldNano: agent.held } : {}),
   }
 }

@@ -1,5 +1,5 @@
 import type { Nano } from '../money.ts'
-import { NOT_IGNORED, type AgentPolicy, type Ignored, type PausedReason, type PauseReason, type PauseState, type TransitionReason } from './types.ts'
+import { NOT_IGNORED, type AgentPolicy, type HoldRefusal, type Ignored, type PausedReason, type PauseReason, type PauseState, type TransitionReason } from './types.ts'
 
 /**
  * The budget rules of SPEC.md 3 and DECISIONS.md, as one pure function both hot-state
@@ -133,4 +133,32 @@ export function countIgnored(ign: Ignored, since: number, now: number, costNano:
 /** Whether the ignoring-pause flag holds: raised against the pause that holds now (`since`); a resume clears it. */
 export function ignoring(ign: Ignored, since: number): boolean {
   return ign.flagged && since !== 0 && ign.since === since
+}
+
+/** What the hold rules read of a state (an agent's, its fleet's). */
+export interface HoldBudget {
+  pause: Told & Pick<PauseState, 'override'>
+  totalNano: Nano
+  /** Its open holds. */
+  heldNano: Nano
+  thresholdNano: Nano
+}
+
+/**
+ * Budget holds (issue 13): a hold of `costNano` is refused while a pause holds the agent
+ * (holdingPause), or when the agent's total plus its open holds plus this one would be
+ * strictly over its threshold, or its fleet's (a fleet without a budget has an infinite
+ * one). A manual resume over budget (override) lets the agent run past its budget, so a
+ * state in override is not held to it. Null: granted.
+ */
+export function holdRefusal(agent: HoldBudget, fleet: HoldBudget, costNano: Nano): HoldRefusal | null {
+  if (holdingPause(agent.pause, fleet.pause)) return 'paused'
+  if (!agent.pause.override && agent.totalNano + agent.heldNano + costNano > agent.thresholdNano) return 'budget'
+  if (!fleet.pause.override && fleet.totalNano + fleet.heldNano + costNano > fleet.thresholdNano) return 'fleet_budget'
+  return null
+}
+
+/** What further holds could still take: the agent's budget left with its holds counted, or its fleet's when less. */
+export function holdRoom(agent: HoldBudget, fleet: HoldBudget): Nano {
+  return Math.min(agent.thresholdNano - agent.totalNano - agent.heldNano, fleet.thresholdNano - fleet.totalNano - fleet.heldNano)
 }

@@ -10,7 +10,8 @@ import { redisFailure } from '../storage/failures.ts'
 import { agentKeyId, eventFingerprint, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../window.ts'
 import { exhaustionAt, type Spend } from './projection.ts'
-import { pausedBy } from './policy.ts'
+import { holdOfAnotherAgent } from './holds.ts'
+import { holdRoom, pausedBy, type HoldBudget } from './policy.ts'
 import {
   DEFAULT_IGNORE_GRACE_MS,
   NOT_IGNORED,
@@ -26,12 +27,16 @@ import {
   type AgentRef,
   type AgentSnapshot,
   type BudgetAlert,
+  type HoldRefusal,
+  type HoldRequest,
+  type HoldResult,
   type HotState,
   type ListedAgent,
   type PauseReason,
   type PauseState,
   type RecordEvent,
   type RecordResult,
+  type ReleasedHold,
   type Transition,
   type TransitionReason,
 } from './types.ts'
@@ -99,6 +104,8 @@ export class RedisHotState implements HotState {
         fleet[0],
         fleet[1],
         fleet[2],
+        ...k.holds,
+        ...fleet.holds,
         ...head,
         String(e.costNano),
         e.llmCall ? 1 : 0,
@@ -107,8 +114,10 @@ export class RedisHotState implements HotState {
         eventFingerprint(e.userId, e.agentId, e.eventId),
         this.#names(fleetRef).members,
         this.#graceMs,
+        e.holdId ?? '',
       ),
-    )) as RecordReply
+    )) as RecordReply | typeof HOLD_OF_ANOTHER_AGENT
+    if (reply === HOLD_OF_ANOTHER_AGENT) throw holdOfAnotherAgent(e.holdId!)
     const [counted, total, reason, cost, threshold, spend, fired, webhook, f, ign, ...transitions] = reply
     const [fleetReason, fleetTotal, fleetThreshold, fleetWebhook, fleetTransitions, fleetFired, fleetSpend] = f
     const budget = { totalNano: Number(total), thresholdNano: Number(threshold), exhaustionAt: exhaustionAt(spendOf(total, spend), Number(threshold), now) }
@@ -145,8 +154,8 @@ export class RedisHotState implements HotState {
 
   /** get(), and the projection's reads only `withSpend` (a listing of 10,000 agents has no use for them). */
   async #read(ref: AgentRef, now: number, withSpend: boolean): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
-    const [s, t, spend] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...head, withSpend ? 1 : 0))) as GetReply
-    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt, vlimit, vwindow, since, ...ign] = s
+    const [s, t, spend] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...k.holds, ...head, withSpend ? 1 : 0))) as GetReply
+    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt, vlimit, vwindow, since, ignSince, ignCalls, ignNano, ignFlag, held] = s
     return {
       snapshot: {
         active: active === 1,
@@ -162,7 +171,8 @@ export class RedisHotState implements HotState {
           velocityWindowMinutes: vwindow,
         },
         configured: configured === 1,
-        ignored: { since: Number(ign[0]), calls: Number(ign[1]), nano: Number(ign[2]), flagged: ign[3] === 1 },
+        ignored: { since: Number(ignSince), calls: Number(ignCalls), nano: Number(ignNano), flagged: ignFlag === 1 },
+        heldNano: Number(held),
       },
       transition: t ? transitionOf(ref, now, t) : null,
       exhaustionAt: spend ? exhaustionAt(spendOf(total, spend), Number(threshold), now) : null,
@@ -217,10 +227,49 @@ export class RedisHotState implements HotState {
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null> {
-    const [t] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateSetPaused(...k, ...head, paused ? 1 : 0, actor))) as [
+    const [t] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateSetPaused(...k, ...k.holds, ...head, paused ? 1 : 0, actor))) as [
       TransitionReply | false,
     ]
     return t ? transitionOf(ref, now, t, actor) : null
+  }
+
+  async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
+    const fleetRef = fleetOf(ref.userId)
+    const fleet = this.#keys(fleetRef)
+    const [refusal, a, f] = (await this.#agentScript(ref, now, (k, head) =>
+      this.#scripts.burnrateHold(
+        ...k,
+        fleet[0],
+        fleet[1],
+        fleet[2],
+        ...k.holds,
+        ...fleet.holds,
+        ...head,
+        request.holdId,
+        String(request.costNano),
+        request.expiresAt,
+        this.#names(fleetRef).members,
+      ),
+    )) as HoldReply
+    const agent = holdBudgetOf(a)
+    const ofFleet = holdBudgetOf(f)
+    return {
+      refusal: refusal === '' ? null : refusal,
+      ...pausedBy(agent.pause, ofFleet.pause),
+      remainingNano: holdRoom(agent, ofFleet),
+      transitions: [...(a[5] ? [transitionOf(ref, now, a[5])] : []), ...(f[5] ? [transitionOf(fleetRef, now, f[5])] : [])],
+    }
+  }
+
+  async release(userId: string, holdId: string, now: number): Promise<ReleasedHold | null> {
+    // The fleet's entry names the agent (lib.lua), whose keys the script needs; it checks
+    // again, as the hold may have gone since.
+    const fleet = this.#keys(fleetOf(userId)).holds
+    const entry = await unavailableOnError(() => this.#redis.hget(fleet[1], holdId))
+    if (entry === null) return null
+    const agentId = entry.slice(entry.indexOf(':') + 1)
+    const released = await unavailableOnError(() => this.#scripts.burnrateRelease(...fleet, ...this.#keys({ userId, agentId }).holds, now, holdId, agentId))
+    return typeof released === 'string' ? { agentId, costNano: Number(released) } : null
   }
 
   async ping(): Promise<void> {
@@ -255,8 +304,9 @@ export class RedisHotState implements HotState {
         const backlog = this.#journal.backlog()
         throw new JournalFullError({ ...backlog, rows: Math.max(backlog.rows, this.#journal.streamRows) })
       }
-      // Only an agent expiring or flushed between loads, or a journal fenced again and again, gets here.
-      if (typeof reply === 'string') throw new StoreUnavailableError('Redis', `the hot state of agent ${ref.agentId} answered ${reply}`)
+      // Only an agent expiring or flushed between loads, or a journal fenced again and again,
+      // gets here; an open hold of another agent is record()'s to answer.
+      if (typeof reply === 'string' && reply !== HOLD_OF_ANOTHER_AGENT) throw new StoreUnavailableError('Redis', `the hot state of agent ${ref.agentId} answered ${reply}`)
       return reply
     }
   }
@@ -326,7 +376,7 @@ export class RedisHotState implements HotState {
     const { partition, base } = this.#names(ref)
     const user = this.#userNames(ref.userId)
     const keys = [`${base}:a`, `${base}:w`, `${base}:m`, this.#journal.streamKey(partition), this.#journal.fencedKey(partition), user.index] as const
-    return Object.assign(keys, { ids: user.ids })
+    return Object.assign(keys, { ids: user.ids, holds: [`${base}:hz`, `${base}:h`] as const })
   }
 
   #userKey(userId: string): string {
@@ -372,7 +422,8 @@ interface AgentNames {
   base: string
   members: string
 }
-type AgentKeys = readonly [string, string, string, string, string, string] & { ids: string }
+/** KEYS[1..6] of an agent script, the partition's event-id tables, and the state's open holds (:hz, :h; lib.lua). */
+type AgentKeys = readonly [string, string, string, string, string, string] & { ids: string; holds: readonly [string, string] }
 type ScriptHead = [number, number, string, number, string, string, string]
 
 /** Keys live 25 h after an agent's last write: longer than the window, so only idle agents expire. */
@@ -382,6 +433,7 @@ const NEEDS_LOAD = 'NEEDS_LOAD'
 const NEEDS_FLEET_LOAD = 'NEEDS_FLEET_LOAD'
 const FENCED = 'FENCED'
 const FULL = 'FULL'
+const HOLD_OF_ANOTHER_AGENT = 'HOLD_OF_ANOTHER_AGENT'
 
 // Read once at start-up; lib.lua holds the helpers every script shares (Redis 7 scripts
 // cannot import), so the rules exist once in Lua.
@@ -390,10 +442,12 @@ const LIB = lua('lib')
 const script = (name: string, keys: number) => ({ lua: `${LIB}\n${lua(name)}`, keys })
 const standalone = (name: string, keys: number) => ({ lua: lua(name), keys })
 const SCRIPTS = {
-  burnrateRecord: script('record', 10),
-  burnrateGet: script('get', 6),
+  burnrateRecord: script('record', 14),
+  burnrateGet: script('get', 8),
   burnrateSetPolicy: script('set_policy', 6),
-  burnrateSetPaused: script('set_paused', 6),
+  burnrateSetPaused: script('set_paused', 8),
+  burnrateHold: script('hold', 13),
+  burnrateRelease: script('release', 4),
   burnrateLoad: script('load', 4),
   burnrateAgents: standalone('agents', 1),
   burnrateAgentsLoad: standalone('agents_load', 1),
@@ -403,8 +457,11 @@ type Arg = string | number | string[]
 /** The commands defineCommand adds to the client (ioredis calls them by EVALSHA, EVAL on NOSCRIPT). */
 type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>>
 
-/** {reason, paused, override, total, threshold, webhook, version, spent, vlimit, vwindow} from lib.lua transition(). */
-type TransitionReply = [TransitionReason, number, number, string, string, string | null, string, string, string, number]
+/** {reason, paused, override, total, threshold, webhook, version, spent, vlimit, vwindow, held} from lib.lua transition(). */
+type TransitionReply = [TransitionReason, number, number, string, string, string | null, string, string, string, number, string]
+/** hold.lua, of the agent and of its fleet: pause reason, override, total, held, threshold, relaxing transition. */
+type HoldStateReply = [PauseReason | '', number, string, string, string, TransitionReply | null]
+type HoldReply = ['' | HoldRefusal, HoldStateReply, HoldStateReply]
 /** lib.lua spend(): the last 60 minutes' cost, and [hour, cost, …] oldest first. */
 type SpendReply = [string, string[]]
 /** The alerts an event fired: [level, version, …]. */
@@ -416,7 +473,7 @@ type IgnoredReply = [string, string, string, string]
 /** record.lua: counted, total, pause reason, cost, threshold, spend, alerts fired, webhook, fleet, ignored, transitions. */
 type RecordReply = [number, string, PauseReason | '', string, string, SpendReply, FiredReply, string | null, FleetReply, IgnoredReply | null, ...TransitionReply[]]
 type GetReply = [
-  [string, string, number, string, number, string, number, string | null, number, number, string, string, number, string, string, string, string, number],
+  [string, string, number, string, number, string, number, string | null, number, number, string, string, number, string, string, string, string, number, string],
   TransitionReply | null,
   SpendReply | false,
 ]
@@ -443,8 +500,13 @@ function agentId(ref: AgentRef): string {
   return `${ref.userId}\0${ref.agentId}`
 }
 
+/** What the hold rules read of a state, as hold.lua answers it. */
+function holdBudgetOf([reason, override, total, held, threshold]: HoldStateReply): HoldBudget {
+  return { pause: { ...pauseOf(reason), override: override === 1 }, totalNano: Number(total), heldNano: Number(held), thresholdNano: Number(threshold) }
+}
+
 function transitionOf(ref: AgentRef, now: number, t: TransitionReply, actor = SYSTEM_ACTOR): Transition {
-  const [reason, paused, override, total, threshold, webhook, version, spent, vlimit, vwindow] = t
+  const [reason, paused, override, total, threshold, webhook, version, spent, vlimit, vwindow, held] = t
   return {
     userId: ref.userId,
     agentId: ref.agentId,
@@ -458,6 +520,7 @@ function transitionOf(ref: AgentRef, now: number, t: TransitionReply, actor = SY
     thresholdNano: Number(threshold),
     webhookUrl: webhook ?? null,
     ...(reason === 'velocity' ? { velocity: { spentNano: Number(spent), limitNano: Number(vlimit), windowMinutes: vwindow } } : {}),
+    ...(held !== '0' ? { heldNano: Number(held) } : {}),
   }
 }
 

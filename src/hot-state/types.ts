@@ -144,6 +144,8 @@ export interface Transition {
   webhookUrl: string | null
   /** For a velocity pause: the spend in the velocity window, the limit and the window (its message). */
   velocity?: { spentNano: Nano; limitNano: Nano; windowMinutes: number }
+  /** The open budget holds counted with the total (issue 13), when there were any. */
+  heldNano?: Nano
 }
 
 export interface AgentRef {
@@ -157,6 +159,40 @@ export interface RecordInput extends AgentRef {
   costNano: Nano
   llmCall: boolean
   at: number
+  /** The budget hold this llm_call settles (issue 13): released in the same step, once. */
+  holdId?: string | undefined
+}
+
+/**
+ * A budget hold asked for (issue 13): the worst case of a coming call, reserved against the
+ * agent's budget and its fleet's until it is settled, released or expires. Holds are hot
+ * state only, never journaled: losing them loses only the reservation.
+ */
+export interface HoldRequest {
+  holdId: string
+  costNano: Nano
+  /** Epoch ms; the hold is gone at and after this instant. */
+  expiresAt: number
+}
+
+/** Why a hold is refused: a pause holds the agent, or the worst case would take the agent or its fleet over budget. */
+export type HoldRefusal = 'paused' | 'budget' | 'fleet_budget'
+
+export interface HoldResult {
+  /** null: granted (and held); else why not (nothing held). */
+  refusal: HoldRefusal | null
+  paused: boolean
+  pausedReason: PausedReason | null
+  /** What is left for further holds once this one is counted (policy.ts holdRoom): the agent's, or its fleet's when less. */
+  remainingNano: Nano
+  /** What the relaxing rules changed on the way (journaled), the agent's then its fleet's. */
+  transitions: Transition[]
+}
+
+/** A hold released early (DELETE /holds/{id}): whose it was and what it held. */
+export interface ReleasedHold {
+  agentId: string
+  costNano: Nano
 }
 
 /** One event's atomic step: what is counted, and the row the journal takes with it. */
@@ -214,6 +250,8 @@ export interface AgentSnapshot {
   configured: boolean
   /** llm_calls after its pause and grace (policy.ts ignoring() says whether the flag holds). */
   ignored: Readonly<Ignored>
+  /** The open budget holds (issue 13), counted with the total by the budget rules. */
+  heldNano: Nano
 }
 
 export interface ListedAgent {
@@ -258,7 +296,10 @@ export interface HotState {
    * cost to the window, evaluate the budget rules, flip the pause flag, and append the
    * event's row and its transitions to the journal; resolves once that append is durable.
    * A repeat changes nothing and answers with the cost it was first counted at. Throws
-   * JournalFullError at the journal's bound, before anything changed.
+   * JournalFullError at the journal's bound, before anything changed. An llm_call's
+   * `holdId` releases that open hold of its agent in the same step (an unknown or expired
+   * one releases nothing); an open hold of another agent of the user is a 404
+   * (hold_not_found), before anything changed.
    */
   record(event: RecordEvent, now: number): Promise<RecordResult>
   /**
@@ -280,6 +321,17 @@ export interface HotState {
   setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null>
   /** POST /config/pause: a manual pause or resume; null when the state already was that. */
   setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null>
+  /**
+   * POST /holds (issue 13): grants the hold when the agent and its fleet run and its worst
+   * case stays within their budgets with every open hold counted (policy.ts holdRefusal),
+   * atomically with every other hold and event of the user; nothing is held otherwise.
+   */
+  hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult>
+  /**
+   * DELETE /holds/{id}: releases an open hold of the user early; null when the user has no
+   * such open hold (settled, released, expired, never granted, or another user's).
+   */
+  release(userId: string, holdId: string, now: number): Promise<ReleasedHold | null>
   ping(): Promise<void>
   close(): Promise<void>
 }

@@ -50,6 +50,7 @@ export class WebhookPauseNotifier implements PauseNotifier {
       ...(t.velocity
         ? { velocity: { spentUsd: nanoToUsd(t.velocity.spentNano), limitUsd: nanoToUsd(t.velocity.limitNano), windowMinutes: t.velocity.windowMinutes } }
         : {}),
+      ...(t.heldNano ? { heldUsd: nanoToUsd(t.heldNano) } : {}),
       at: new Date(t.at),
     })
   }

@@ -60,7 +60,7 @@ export class IngestService {
     const micros = this.#receivedAt(now)
     const row = eventRow(this.#d.prices, userId, eventId, e, micros)
     const step = await this.#d.hotState.record(
-      { userId, agentId: e.agent_id, eventId, costNano: row.cost_nano, llmCall: row.event_type === 'llm_call', at: Math.floor(micros / 1000), row },
+      { userId, agentId: e.agent_id, eventId, costNano: row.cost_nano, llmCall: row.event_type === 'llm_call', at: Math.floor(micros / 1000), holdId: e.hold_id, row },
       now,
     )
     if (step.counted) {

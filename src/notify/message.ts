@@ -16,6 +16,8 @@ export interface PauseNotice {
   thresholdUsd: number
   /** A velocity pause (issue 13): the spend within the last `windowMinutes`, over `limitUsd`. */
   velocity?: { spentUsd: number; limitUsd: number; windowMinutes: number }
+  /** The open budget holds counted with the total (issue 13), when there were any. */
+  heldUsd?: number
   at: Date
 }
 
@@ -108,6 +110,7 @@ export function pauseMessage(notice: PauseNotice): ChatMessage {
   return {
     text:
       `burnrate paused ${what} 24 h spend ${formatUsd(notice.totalUsd)} ` +
+      (notice.heldUsd ? `and ${formatUsd(notice.heldUsd)} held for calls in flight ` : '') +
       `exceeded its daily budget of ${formatUsd(notice.thresholdUsd)} (${utcSeconds(notice.at)}).`,
   }
 }

@@ -15,11 +15,14 @@ export const agentId = z
   .max(128, 'must be 1 to 128 characters')
   .refine((s) => !CONTROL.test(s), 'must not contain control characters')
 
-const tokens = z.number().int('must be an integer').min(0, 'must be >= 0').max(MAX_TOKENS, `must be <= ${MAX_TOKENS}`)
+export const tokens = z.number().int('must be an integer').min(0, 'must be >= 0').max(MAX_TOKENS, `must be <= ${MAX_TOKENS}`)
 
 const metadata = z
   .record(z.string(), z.unknown())
   .refine((m) => Buffer.byteLength(JSON.stringify(m)) <= MAX_METADATA_BYTES, `must be at most ${MAX_METADATA_BYTES} bytes as JSON`)
+
+/** A budget hold's id (issue 13), as POST /holds answers it. */
+export const holdId = z.uuid('must be a UUID: a hold_id POST /holds answered').transform((s) => s.toLowerCase())
 
 export const EVENT_TYPES = ['llm_call', 'tool_call', 'agent_start', 'agent_end'] as const
 /** The flat token fields of an llm_call (or, instead, a usage object). */
@@ -44,10 +47,15 @@ export const eventBody = z
     service_tier: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
     tool_name: z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters').nullable().optional(),
     metadata: metadata.optional(),
+    // The budget hold this llm_call settles (issue 13): the hold_id POST /holds answered.
+    hold_id: holdId.optional(),
   })
   .superRefine((e, ctx) => {
     if (e.event_type === 'llm_call' && e.model === undefined) {
       ctx.addIssue({ code: 'custom', path: ['model'], message: 'is required when event_type is llm_call' })
+    }
+    if (e.hold_id !== undefined && e.event_type !== 'llm_call') {
+      ctx.addIssue({ code: 'custom', path: ['hold_id'], message: 'is for llm_call events only' })
     }
     if (e.service_tier !== undefined && e.event_type !== 'llm_call') {
       ctx.addIssue({ code: 'custom', path: ['service_tier'], message: 'is for llm_call events only' })

@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { fingerprint } from '../../src/hot-state/dedup.ts'
 import { MemoryHotState } from '../../src/hot-state/memory.ts'
 import { RedisHotState } from '../../src/hot-state/redis.ts'
-import { DEFAULT_POLICY, fleetOf, type AgentLoad, type AgentPolicy, type HotState, type RecordEvent, type RecordInput } from '../../src/hot-state/types.ts'
+import { DEFAULT_POLICY, fleetOf, type AgentLoad, type AgentPolicy, type AgentRef, type HoldRequest, type HotState, type RecordEvent, type RecordInput } from '../../src/hot-state/types.ts'
 import { RedisJournal } from '../../src/journal/redis-streams.ts'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { JournalFullError, type JournalSource, type JournalTable } from '../../src/journal/types.ts'
@@ -449,6 +449,115 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       await hs.setPaused(fleetOf('u'), true, T0, 'key-1')
       const after = T0 + 60_001
       expect((await hs.record(ev(USD, after, { agentId: 'b' }), after)).ignored).toMatchObject({ agentId: 'b', pausedSince: T0, calls: 1 })
+    })
+  })
+
+  describe('budget holds (issue 13)', () => {
+    let holds = 0
+    const hold = (costNano: number, o: Partial<HoldRequest> = {}): HoldRequest => ({ holdId: `h${++holds}`, costNano, expiresAt: T0 + 300_000, ...o })
+    const held = async (hs: HotState, r: AgentRef = ref, now = T0) => (await hs.get(r, now)).snapshot.heldNano
+
+    it('grants while the total, the open holds and this one stay within the budget, and refuses past it, holding nothing', async () => {
+      const { hs, journaled } = await make()
+      await hs.setPolicy(ref, policy(10, { alertAt: [] }), T0, 'key-1')
+      await hs.record(ev(4 * USD), T0)
+      await journaled()
+      expect(await hs.hold(ref, hold(3 * USD), T0)).toEqual({ refusal: null, paused: false, pausedReason: null, remainingNano: 3 * USD, transitions: [] })
+      // Exactly at the budget is within it; a nano more is over.
+      expect(await hs.hold(ref, hold(3 * USD + 1), T0)).toMatchObject({ refusal: 'budget', remainingNano: 3 * USD })
+      expect(await hs.hold(ref, hold(3 * USD), T0)).toMatchObject({ refusal: null, remainingNano: 0 })
+      expect(await held(hs)).toBe(6 * USD)
+      // Holds are hot state only: nothing is journaled.
+      expect(await journaled()).toEqual([])
+    })
+
+    it('refuses while a pause holds the agent, its own or its fleet\'s, and while the fleet\'s budget would be passed', async () => {
+      const { hs } = await make()
+      await hs.setPaused(ref, true, T0, 'key-1')
+      expect(await hs.hold(ref, hold(1), T0)).toMatchObject({ refusal: 'paused', paused: true, pausedReason: 'manual' })
+      await hs.setPaused(ref, false, T0, 'key-1')
+      await hs.setPaused(fleetOf('u'), true, T0, 'key-1')
+      expect(await hs.hold(ref, hold(1), T0)).toMatchObject({ refusal: 'paused', pausedReason: 'fleet_manual' })
+      await hs.setPaused(fleetOf('u'), false, T0, 'key-1')
+      await hs.setPolicy(fleetOf('u'), policy(5), T0, 'key-1')
+      await hs.record(ev(3 * USD, T0, { agentId: 'b' }), T0)
+      expect(await hs.hold(ref, hold(2 * USD), T0)).toMatchObject({ refusal: null, remainingNano: 0 })
+      expect(await hs.hold({ userId: 'u', agentId: 'c' }, hold(1), T0)).toMatchObject({ refusal: 'fleet_budget' })
+      expect(await held(hs)).toBe(2 * USD)
+      expect(await held(hs, fleetOf('u'))).toBe(2 * USD)
+    })
+
+    it('an llm_call with its hold releases it and counts its real cost, once: a retry releases nothing again', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(ref, policy(10, { alertAt: [] }), T0, 'key-1')
+      const h = hold(5 * USD)
+      await hs.hold(ref, h, T0)
+      const other = hold(2 * USD)
+      await hs.hold(ref, other, T0)
+      const call = ev(USD, T0, { holdId: h.holdId })
+      expect(await hs.record(call, T0)).toMatchObject({ counted: true, totalNano: USD })
+      expect(await held(hs)).toBe(2 * USD)
+      expect(await held(hs, fleetOf('u'))).toBe(2 * USD)
+      expect(await hs.record(call, T0)).toMatchObject({ counted: false, totalNano: USD })
+      // Another event naming the settled hold releases nothing either.
+      expect(await hs.record(ev(USD, T0, { holdId: h.holdId }), T0)).toMatchObject({ counted: true, totalNano: 2 * USD })
+      expect(await held(hs)).toBe(2 * USD)
+      // An unknown hold never fails an event.
+      expect(await hs.record(ev(USD, T0, { holdId: 'no-such-hold' }), T0)).toMatchObject({ counted: true, totalNano: 3 * USD })
+    })
+
+    it('an open hold of another agent fails the event before anything changed; another user\'s is unknown', async () => {
+      const { hs, journaled } = await make()
+      const h = hold(USD)
+      await hs.hold({ userId: 'u', agentId: 'b' }, h, T0)
+      await expect(hs.record(ev(USD, T0, { holdId: h.holdId }), T0)).rejects.toMatchObject({ code: 'hold_not_found', status: 404 })
+      expect((await hs.get(ref, T0)).snapshot).toMatchObject({ totalNano: 0, heldNano: 0 })
+      expect(await held(hs, { userId: 'u', agentId: 'b' })).toBe(USD)
+      expect(await journaled()).toEqual([])
+      expect(await hs.record(ev(USD, T0, { userId: 'v', holdId: h.holdId }), T0)).toMatchObject({ counted: true })
+      expect(await held(hs, { userId: 'u', agentId: 'b' })).toBe(USD)
+    })
+
+    it('an expired hold releases itself at its expiry, not before; release() ends one early, once, for its user only', async () => {
+      const { hs } = await make()
+      const h = hold(USD, { expiresAt: T0 + 1000 })
+      await hs.hold(ref, h, T0)
+      expect(await held(hs, ref, T0 + 999)).toBe(USD)
+      expect(await held(hs, ref, T0 + 1000)).toBe(0)
+      expect(await held(hs, fleetOf('u'), T0 + 1000)).toBe(0)
+      expect(await hs.release('u', h.holdId, T0 + 1000)).toBeNull()
+      const early = hold(2 * USD)
+      await hs.hold(ref, early, T0)
+      expect(await hs.release('v', early.holdId, T0)).toBeNull()
+      expect(await hs.release('u', early.holdId, T0)).toEqual({ agentId: 'a', costNano: 2 * USD })
+      expect(await hs.release('u', early.holdId, T0)).toBeNull()
+      expect(await held(hs)).toBe(0)
+      expect(await held(hs, fleetOf('u'))).toBe(0)
+    })
+
+    it('open holds count with the total for a crossing, and a manual resume over budget lets the agent hold again', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(ref, policy(10, { alertAt: [] }), T0, 'key-1')
+      await hs.hold(ref, hold(8 * USD), T0)
+      // 3 spent and 8 held: over the 10 budget, so this event pauses the agent.
+      const r = await hs.record(ev(3 * USD), T0)
+      expect(r).toMatchObject({ paused: true, pausedReason: 'budget', totalNano: 3 * USD })
+      expect(r.transitions).toEqual([expect.objectContaining({ reason: 'budget', totalNano: 3 * USD, heldNano: 8 * USD })])
+      expect(await hs.hold(ref, hold(1), T0)).toMatchObject({ refusal: 'paused' })
+      // Resumed by hand while still over: the override lets it run, and hold.
+      expect(await hs.setPaused(ref, false, T0, 'key-2')).toMatchObject({ override: true })
+      expect(await hs.hold(ref, hold(USD), T0)).toMatchObject({ refusal: null })
+    })
+
+    it('grants concurrent holds no more than the budget allows', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(ref, policy(10, { alertAt: [] }), T0, 'key-1')
+      const asks = Array.from({ length: 50 }, (_, i) => hold((1 + (i % 3)) * USD))
+      const answers = await Promise.all(asks.map((h) => hs.hold(ref, h, T0)))
+      const granted = asks.filter((_, i) => answers[i]!.refusal === null).reduce((sum, h) => sum + h.costNano, 0)
+      expect(granted).toBeLessThanOrEqual(10 * USD)
+      expect(granted).toBeGreaterThan(8 * USD) // refused only once there was no room for it
+      expect(await held(hs)).toBe(granted)
     })
   })
 

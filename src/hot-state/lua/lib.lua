@@ -80,6 +80,7 @@ local function read_state(a, w, m, members)
     threshold = tonumber(v[6]), threshold_s = v[6], auto_resume = v[7] == '1',
     webhook = v[8] or false, configured = v[9] == '1', dirty = false,
     vlimit = tonumber(v[14] or '0'), vwindow = tonumber(v[15] or '5'), spent = 0, since = tonumber(v[16] or '0'), since_read = tonumber(v[16] or '0'),
+    held = 0,
     ign = { since = tonumber(v[17] or '0'), calls = tonumber(v[18] or '0'), nano = tonumber(v[19] or '0'), flagged = v[20] == '1' },
   }
 end
@@ -208,9 +209,68 @@ local function velocity(st)
   return st.spent
 end
 
--- policy.ts evaluate(), branch for branch; mutates st and returns the reason, or nil.
+-- Budget holds (issue 13). A state's open holds are two keys of its own beside :a :w :m:
+-- :hz a ZSET of hold ids scored by their expiry (ms), and :h a HASH of sum (their total,
+-- nano-USD) and <hold id> = its amount, for a fleet '<amount>:<agent id>' (whose it is).
+-- Both are written together, with one TTL past their last hold's expiry. A script that
+-- evaluates reads them with read_held() first; st.held is 0 otherwise.
+-- Reads the state's open holds into st.held, dropping the expired ones from the head (at
+-- most 256 a call: more wait for the next, counted until then).
+local function read_held(st, hz, h)
+  st.hz, st.h = hz, h
+  local gone = redis.call('ZRANGEBYSCORE', hz, '-inf', NOW, 'LIMIT', 0, 256)
+  local held = tonumber(redis.call('HGET', h, 'sum') or '0')
+  if #gone > 0 then
+    for _, v in ipairs(redis.call('HMGET', h, unpack(gone))) do
+      if v then held = held - tonumber(string.match(v, '^%d+')) end
+    end
+    redis.call('ZREM', hz, unpack(gone))
+    if redis.call('ZCARD', hz) == 0 then
+      redis.call('DEL', h)
+    else
+      redis.call('HDEL', h, unpack(gone))
+      redis.call('HSET', h, 'sum', fmt(held))
+    end
+  end
+  st.held = held
+end
+
+-- Whether the state holds the hold `id` (read_held first: an expired one is gone).
+local function has_hold(st, id)
+  return redis.call('HEXISTS', st.h, id) == 1
+end
+
+-- Adds a hold of `nano` expiring at `expires` (ms) to the state; `value` is its :h entry.
+local function put_hold(st, id, nano, expires, value)
+  st.held = st.held + nano
+  redis.call('ZADD', st.hz, expires, id)
+  redis.call('HSET', st.h, id, value, 'sum', fmt(st.held))
+  local ttl = tonumber(expires) - NOW + MINUTE_MS
+  if redis.call('PTTL', st.hz) < ttl then
+    redis.call('PEXPIRE', st.hz, ttl)
+    redis.call('PEXPIRE', st.h, ttl)
+  end
+end
+
+-- Removes the hold `id` from the state; returns its :h entry, or nil when it holds none.
+local function take_hold(st, id)
+  local v = redis.call('HGET', st.h, id)
+  if not v then return nil end
+  st.held = st.held - tonumber(string.match(v, '^%d+'))
+  redis.call('ZREM', st.hz, id)
+  if redis.call('ZCARD', st.hz) == 0 then
+    redis.call('DEL', st.h)
+  else
+    redis.call('HDEL', st.h, id)
+    redis.call('HSET', st.h, 'sum', fmt(st.held))
+  end
+  return v
+end
+
+-- policy.ts evaluate(), branch for branch; mutates st and returns the reason, or nil. The
+-- total it judges counts the open holds (st.held, issue 13).
 local function evaluate(st, may_pause)
-  local under = st.total <= st.threshold
+  local under = st.total + st.held <= st.threshold
   local spent = velocity(st)
   local slow = st.vlimit == 0 or spent <= st.vlimit
   if st.override and under and slow then
@@ -236,7 +296,7 @@ local function manual(st, paused)
     st.paused, st.reason, st.override, st.since = true, 'manual', false, NOW
   else
     local spent = velocity(st)
-    st.paused, st.reason, st.override, st.since = false, '', st.total > st.threshold or (st.vlimit > 0 and spent > st.vlimit), 0
+    st.paused, st.reason, st.override, st.since = false, '', st.total + st.held > st.threshold or (st.vlimit > 0 and spent > st.vlimit), 0
   end
   return true
 end
@@ -265,7 +325,7 @@ end
 
 -- Journals a change of pause state as its pause_transitions row, and returns it for the
 -- caller: {reason, paused, override, total, threshold, webhook, version, spent, vlimit,
--- vwindow} (the last three: the velocity window's spend and the limit, for its message). A nil would end
+-- vwindow, held} (the velocity window's spend and the limit, for its message; the open holds). A nil would end
 -- the reply array there, so an absent webhook is false (a nil reply). Versions grow per
 -- agent whatever the callers' clocks do: newest wins at a rebuild. `actor`: the key id of
 -- the request, or 'system' (the audit log's, sql/0012).
@@ -276,7 +336,7 @@ local function transition(st, reason, actor)
     ',"is_paused":' .. paused .. ',"reason":"' .. reason .. '","override":' .. override ..
     ',"total_nano":' .. fmt(st.total) .. ',"actor":' .. cjson.encode(actor or 'system') .. '}')
   return { reason, st.paused and 1 or 0, st.override and 1 or 0, fmt(st.total), st.threshold_s, st.webhook or false, fmt(version),
-    fmt(st.spent), fmt(st.vlimit), st.vwindow }
+    fmt(st.spent), fmt(st.vlimit), st.vwindow, fmt(st.held) }
 end
 
 -- Journals an alert level crossed (its budget_alerts row) and returns {level, version}.

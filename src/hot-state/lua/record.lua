@@ -4,10 +4,12 @@
 -- stream, all or nothing.
 -- KEYS[1..6] (lib.lua)  KEYS[7] {p}:e  the partition's event-id tables (lib.lua)
 -- KEYS[8..10] the fleet's :a :w :m (the agent '' of the user: types.ts FLEET)
+-- KEYS[11..14] the agent's :hz :h and the fleet's :hz :h (its open budget holds, lib.lua)
 -- ARGV[1..7] (lib.lua)  ARGV[8] cost (nano-USD integer)  ARGV[9] llm calls (0|1)
 -- ARGV[10] the event's minute  ARGV[11] the event's row (JSON)  ARGV[12] its id's fingerprint
 -- ARGV[13] the fleet's JSON members  ARGV[14] the grace period of a pause (ms, issue 13)
--- Returns NEEDS_LOAD, NEEDS_FLEET_LOAD, FENCED, FULL, or {counted (0|1), total, pause reason
+-- ARGV[15] the hold the event settles ('' for none)
+-- Returns NEEDS_LOAD, NEEDS_FLEET_LOAD, FENCED, FULL, HOLD_OF_ANOTHER_AGENT, or {counted (0|1), total, pause reason
 -- ('' when running), cost, threshold, spend (lib.lua), {level, version, …} of the alerts fired,
 -- webhook or false, fleet, ignored, transition...} where cost is the one the id was first
 -- counted at, ignored is false or {paused_at, calls, nano, version} (the flag raised),
@@ -22,6 +24,8 @@ if closed then return closed end
 local now_minute = minute_of(NOW)
 expire(st, now_minute)
 expire(fleet, now_minute)
+read_held(st, KEYS[11], KEYS[12])
+read_held(fleet, KEYS[13], KEYS[14])
 
 local function fleet_reply(transitions, alerts, with_spend)
   return { fleet.reason, fmt(fleet.total), fleet.threshold_s, fleet.webhook or false,
@@ -36,6 +40,17 @@ if seen then
   if fleet.dirty then save_state(fleet) end
   return { 0, fmt(st.total), st.reason, seen, st.threshold_s, spend(st, now_minute), {}, false, fleet_reply({}, {}, false), false }
 end
+-- The hold this call settles is released before its real cost is counted (a retry was a
+-- repeat above; an unknown or expired hold releases nothing). An open hold of another agent
+-- of the user (its fleet holds it, the agent does not) is refused before anything is written
+-- but what expiry changed.
+local hold = ARGV[15]
+if hold ~= '' and not has_hold(st, hold) and has_hold(fleet, hold) then
+  if st.dirty then save_state(st) end
+  if fleet.dirty then save_state(fleet) end
+  return 'HOLD_OF_ANOTHER_AGENT'
+end
+if hold ~= '' and take_hold(st, hold) then take_hold(fleet, hold) end
 remember(KEYS[7], ids, ARGV[12], ARGV[8], ARGV[10])
 journal('events', ARGV[11])
 

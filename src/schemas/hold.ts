@@ -1,0 +1,24 @@
+import { z } from 'zod'
+import { agentId, holdId, tokens } from './event.ts'
+
+/** How long a hold lives unless its call settles it first (issue 13), and at most. */
+export const DEFAULT_HOLD_TTL_SECONDS = 300
+export const MAX_HOLD_TTL_SECONDS = 3600
+
+/** POST /holds (issue 13): the worst case of a coming llm_call, to reserve against the budget. */
+export const holdBody = z.strictObject({
+  agent_id: agentId,
+  model: z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters'),
+  input_tokens: tokens,
+  max_output_tokens: tokens,
+  ttl_seconds: z
+    .number()
+    .int('must be an integer')
+    .min(1, `must be between 1 and ${MAX_HOLD_TTL_SECONDS}`)
+    .max(MAX_HOLD_TTL_SECONDS, `must be between 1 and ${MAX_HOLD_TTL_SECONDS}`)
+    .default(DEFAULT_HOLD_TTL_SECONDS),
+})
+
+export type HoldBody = z.output<typeof holdBody>
+
+export const holdParams = z.strictObject({ hold_id: holdId })
