@@ -264,11 +264,12 @@ export class RedisHotState implements HotState {
   async release(userId: string, holdId: string, now: number): Promise<ReleasedHold | null> {
     // The fleet's entry names the agent (lib.lua), whose keys the script needs; it checks
     // again, as the hold may have gone since.
-    const fleet = this.#keys(fleetOf(userId)).holds
-    const entry = await unavailableOnError(() => this.#redis.hget(fleet[1], holdId))
+    const fleet = this.#keys(fleetOf(userId))
+    const entry = await unavailableOnError(() => this.#redis.hget(fleet.holds[1], holdId))
     if (entry === null) return null
     const agentId = entry.slice(entry.indexOf(':') + 1)
-    const released = await unavailableOnError(() => this.#scripts.burnrateRelease(...fleet, ...this.#keys({ userId, agentId }).holds, now, holdId, agentId))
+    const agent = this.#keys({ userId, agentId })
+    const released = await unavailableOnError(() => this.#scripts.burnrateRelease(fleet[0], ...fleet.holds, agent[0], ...agent.holds, now, holdId, agentId))
     return typeof released === 'string' ? { agentId, costNano: Number(released) } : null
   }
 
@@ -368,7 +369,7 @@ export class RedisHotState implements HotState {
     }
     const fingerprints = load.seen.map((s) => eventFingerprint(ref.userId, ref.agentId, s.eventId))
     // An array, not spread: ioredis flattens it, and a busy agent's seen ids can be many.
-    await this.#scripts.burnrateLoad(k[0], k[1], k[2], k.ids, now, AGENT_TTL_MS, JSON.stringify(payload), fingerprints)
+    await this.#scripts.burnrateLoad(k[0], k[1], k[2], k.ids, ...k.holds, now, AGENT_TTL_MS, JSON.stringify(payload), fingerprints)
   }
 
   /** KEYS[1..6] of an agent script (lib.lua), and the partition's event-id tables. */
@@ -447,8 +448,8 @@ const SCRIPTS = {
   burnrateSetPolicy: script('set_policy', 6),
   burnrateSetPaused: script('set_paused', 8),
   burnrateHold: script('hold', 13),
-  burnrateRelease: script('release', 4),
-  burnrateLoad: script('load', 4),
+  burnrateRelease: script('release', 6),
+  burnrateLoad: script('load', 6),
   burnrateAgents: standalone('agents', 1),
   burnrateAgentsLoad: standalone('agents_load', 1),
 }

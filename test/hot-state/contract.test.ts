@@ -10,6 +10,7 @@ import { RedisJournal } from '../../src/journal/redis-streams.ts'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { JournalFullError, type JournalSource, type JournalTable } from '../../src/journal/types.ts'
 import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
+import { agentKeyId } from '../../src/storage/redis-keys.ts'
 import { MINUTE_MS } from '../../src/window.ts'
 import { startRedis } from '../helpers/redis.ts'
 
@@ -662,6 +663,35 @@ describe.each(implementations)('hot state lifecycle: %s', (_name, make) => {
     await hs.record(ev(1), T0)
     await hs.close()
     expect(await journaled()).toHaveLength(1)
+  })
+})
+
+describe('redis hot state: budget holds (issue 13)', () => {
+  const hold = (holdId: string, costNano: number, expiresAt = T0 + 60_000): HoldRequest => ({ holdId, costNano, expiresAt })
+
+  it('a state loaded again starts without the holds of the one lost, and never counts their expiry against the new ones', async () => {
+    server ??= startRedis()
+    const { redis } = await server
+    const prefix = `t${++prefixes}:`
+    const journal = new RedisJournal({ redis, instance: 'i', partitions: 1, maxRows: 1_000_000, prefix })
+    await journal.register()
+    const hs = new RedisHotState({ redis, prefix, journal, loader: emptyLoad, userAgents: async () => [] })
+    await hs.hold(ref, hold('old', 3 * USD), T0)
+    expect((await hs.get(ref, T0)).snapshot.heldNano).toBe(3 * USD)
+    // The agent's state is lost (its :a expired or was flushed); its hold keys are still there.
+    const [agentState, ...others] = await redis.keys(`${prefix}*:hs:${agentKeyId('u', 'a')}:a`)
+    expect(others).toEqual([])
+    expect(await redis.hget(agentState!, 'held')).toBe(String(3 * USD))
+    await redis.del(agentState!)
+    expect((await hs.get(ref, T0)).snapshot.heldNano).toBe(0)
+    // A new hold counts alone; the old one's expiry takes nothing from it.
+    await hs.hold(ref, hold('new', USD, T0 + 120_000), T0)
+    expect((await hs.get(ref, T0 + 60_000)).snapshot.heldNano).toBe(USD)
+    expect((await hs.get(ref, T0 + 120_000)).snapshot.heldNano).toBe(0)
+    // The fleet kept its own holds: the old one there leaves with its expiry.
+    expect((await hs.get(fleetOf('u'), T0)).snapshot.heldNano).toBe(4 * USD)
+    expect((await hs.get(fleetOf('u'), T0 + 60_000)).snapshot.heldNano).toBe(USD)
+    expect((await hs.get(fleetOf('u'), T0 + 120_000)).snapshot.heldNano).toBe(0)
   })
 })
 

@@ -10,7 +10,8 @@
 --             vlimit, vwindow (the velocity limit, nano-USD, 0 or absent: none; its window in
 --             minutes, issue 13), paused_at (when the pause began, ms; 0 or absent: running),
 --             ign_since, ign_calls, ign_nano, ign_flag (llm_calls after the pause that began
---             at ign_since and its grace: policy.ts countIgnored; absent: none)
+--             at ign_since and its grace: policy.ts countIgnored; absent: none), held (the
+--             sum of its open budget holds, issue 13; absent: none)
 -- KEYS[2] :w  hash of minute buckets: c<minute> = cost (nano-USD), n<minute> = llm calls,
 --             and h<hour> = the cost of the buckets of each UTC hour (the projection's)
 -- KEYS[3] :m  list of the bucket minutes, oldest first (RPUSH new, LPOP expired: amortised O(1))
@@ -67,7 +68,7 @@ end
 local function read_state(a, w, m, members)
   local v = redis.call('HMGET', a, 'total', 'calls', 'paused', 'reason', 'override',
     'threshold', 'auto_resume', 'webhook', 'configured', 'hours', 'alert_at', 'alerted', 'loaded',
-    'vlimit', 'vwindow', 'paused_at', 'ign_since', 'ign_calls', 'ign_nano', 'ign_flag')
+    'vlimit', 'vwindow', 'paused_at', 'ign_since', 'ign_calls', 'ign_nano', 'ign_flag', 'held')
   if v[13] ~= '1' then return nil end
   if not v[10] then sum_hours(a, w, m) end
   local levels = {}
@@ -80,7 +81,7 @@ local function read_state(a, w, m, members)
     threshold = tonumber(v[6]), threshold_s = v[6], auto_resume = v[7] == '1',
     webhook = v[8] or false, configured = v[9] == '1', dirty = false,
     vlimit = tonumber(v[14] or '0'), vwindow = tonumber(v[15] or '5'), spent = 0, since = tonumber(v[16] or '0'), since_read = tonumber(v[16] or '0'),
-    held = 0,
+    held = tonumber(v[21] or '0'), holds = v[21] ~= false,
     ign = { since = tonumber(v[17] or '0'), calls = tonumber(v[18] or '0'), nano = tonumber(v[19] or '0'), flagged = v[20] == '1' },
   }
 end
@@ -209,42 +210,50 @@ local function velocity(st)
   return st.spent
 end
 
--- Budget holds (issue 13). A state's open holds are two keys of its own beside :a :w :m:
--- :hz a ZSET of hold ids scored by their expiry (ms), and :h a HASH of sum (their total,
--- nano-USD) and <hold id> = its amount, for a fleet '<amount>:<agent id>' (whose it is).
--- Both are written together, with one TTL past their last hold's expiry. A script that
--- evaluates reads them with read_held() first; st.held is 0 otherwise.
--- Reads the state's open holds into st.held, dropping the expired ones from the head (at
--- most 256 a call: more wait for the next, counted until then).
+-- Budget holds (issue 13). A state's open holds are `held` in its :a (their sum, nano-USD;
+-- absent: it has none) and two keys of its own: :hz, a ZSET of hold ids scored by their
+-- expiry (ms), and :h, a HASH of <hold id> = its amount, for a fleet '<amount>:<agent id>'
+-- (whose it is). Both keys expire a minute after their last hold; load.lua drops them with
+-- the state they belong to. A state without holds costs an event nothing: `held` comes with
+-- its HMGET, and only a state that has the field reads its keys.
+
+-- Writes st.held back: the field goes once no hold is left.
+local function save_held(st)
+  if redis.call('ZCARD', st.hz) == 0 then
+    st.held, st.holds = 0, false
+    redis.call('HDEL', st.a, 'held')
+  else
+    redis.call('HSET', st.a, 'held', fmt(st.held))
+  end
+end
+
+-- Reads the state's open holds: drops the expired ones from the head (at most 256 a call:
+-- more wait for the next, counted until then), and finds none left once the keys are gone.
 local function read_held(st, hz, h)
   st.hz, st.h = hz, h
+  if not st.holds then return end
   local gone = redis.call('ZRANGEBYSCORE', hz, '-inf', NOW, 'LIMIT', 0, 256)
-  local held = tonumber(redis.call('HGET', h, 'sum') or '0')
   if #gone > 0 then
     for _, v in ipairs(redis.call('HMGET', h, unpack(gone))) do
-      if v then held = held - tonumber(string.match(v, '^%d+')) end
+      if v then st.held = st.held - tonumber(string.match(v, '^%d+')) end
     end
     redis.call('ZREM', hz, unpack(gone))
-    if redis.call('ZCARD', hz) == 0 then
-      redis.call('DEL', h)
-    else
-      redis.call('HDEL', h, unpack(gone))
-      redis.call('HSET', h, 'sum', fmt(held))
-    end
+    redis.call('HDEL', h, unpack(gone))
   end
-  st.held = held
+  save_held(st)
 end
 
 -- Whether the state holds the hold `id` (read_held first: an expired one is gone).
 local function has_hold(st, id)
-  return redis.call('HEXISTS', st.h, id) == 1
+  return st.holds and redis.call('HEXISTS', st.h, id) == 1
 end
 
 -- Adds a hold of `nano` expiring at `expires` (ms) to the state; `value` is its :h entry.
 local function put_hold(st, id, nano, expires, value)
-  st.held = st.held + nano
+  st.held, st.holds = st.held + nano, true
+  redis.call('HSET', st.a, 'held', fmt(st.held))
   redis.call('ZADD', st.hz, expires, id)
-  redis.call('HSET', st.h, id, value, 'sum', fmt(st.held))
+  redis.call('HSET', st.h, id, value)
   local ttl = tonumber(expires) - NOW + MINUTE_MS
   if redis.call('PTTL', st.hz) < ttl then
     redis.call('PEXPIRE', st.hz, ttl)
@@ -254,16 +263,13 @@ end
 
 -- Removes the hold `id` from the state; returns its :h entry, or nil when it holds none.
 local function take_hold(st, id)
+  if not st.holds then return nil end
   local v = redis.call('HGET', st.h, id)
   if not v then return nil end
-  st.held = st.held - tonumber(string.match(v, '^%d+'))
   redis.call('ZREM', st.hz, id)
-  if redis.call('ZCARD', st.hz) == 0 then
-    redis.call('DEL', st.h)
-  else
-    redis.call('HDEL', st.h, id)
-    redis.call('HSET', st.h, 'sum', fmt(st.held))
-  end
+  redis.call('HDEL', st.h, id)
+  st.held = st.held - tonumber(string.match(v, '^%d+'))
+  save_held(st)
   return v
 end
 

@@ -2,6 +2,7 @@
 -- two instances loading at once, or a load racing a record, never count twice: a re-seed
 -- replaces a lost state exactly once and never adds on top of live counters.
 -- KEYS[1] :a  KEYS[2] :w  KEYS[3] :m  (see lib.lua)  KEYS[4] {p}:e  the event-id tables
+-- KEYS[5] :hz  KEYS[6] :h  its budget holds (lib.lua), which go with the state they count in
 -- ARGV[1] now (ms)  ARGV[2] agent TTL (ms)  ARGV[4..] the fingerprints of seen[1..]
 -- ARGV[3] JSON {minutes: [[minute, cost, calls]] oldest first, seen: [[cost, minute]],
 --   policy: {threshold, auto_resume (0|1), webhook|false, configured (0|1), shown|false,
@@ -14,7 +15,7 @@
 if loaded() then return 0 end
 local now_minute = minute_of(NOW)
 -- Leftover buckets of a partly expired agent must not add to the loaded ones.
-redis.call('DEL', A, W, M)
+redis.call('DEL', A, W, M, KEYS[5], KEYS[6])
 local data = cjson.decode(ARGV[3])
 local st = { total = 0, calls = 0, a = A, w = W, m = M }
 for _, b in ipairs(data.minutes) do
