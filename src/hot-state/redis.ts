@@ -99,13 +99,7 @@ export class RedisHotState implements HotState {
     const fleet = this.#keys(fleetRef)
     const reply = (await this.#agentScript(e, now, (k, head) =>
       this.#scripts.burnrateRecord(
-        ...k,
-        k.ids,
-        fleet[0],
-        fleet[1],
-        fleet[2],
-        ...k.holds,
-        ...fleet.holds,
+        ...withFleet(k, fleet),
         ...head,
         String(e.costNano),
         e.llmCall ? 1 : 0,
@@ -238,12 +232,7 @@ export class RedisHotState implements HotState {
     const fleet = this.#keys(fleetRef)
     const [refusal, a, f] = (await this.#agentScript(ref, now, (k, head) =>
       this.#scripts.burnrateHold(
-        ...k,
-        fleet[0],
-        fleet[1],
-        fleet[2],
-        ...k.holds,
-        ...fleet.holds,
+        ...withFleet(k, fleet),
         ...head,
         request.holdId,
         String(request.costNano),
@@ -447,7 +436,7 @@ const SCRIPTS = {
   burnrateGet: script('get', 8),
   burnrateSetPolicy: script('set_policy', 6),
   burnrateSetPaused: script('set_paused', 8),
-  burnrateHold: script('hold', 13),
+  burnrateHold: script('hold', 14),
   burnrateRelease: script('release', 6),
   burnrateLoad: script('load', 6),
   burnrateAgents: standalone('agents', 1),
@@ -495,6 +484,11 @@ function alertsOf(ref: AgentRef, now: number, fired: FiredReply, budget: Pick<Bu
     alerts.push({ userId: ref.userId, agentId: ref.agentId, at: now, version: Number(fired[i + 1]), level: Number(fired[i]), ...budget, webhookUrl: webhook || null })
   }
   return alerts
+}
+
+/** KEYS[1..14] of a script that steps an agent and its fleet together (record.lua, hold.lua). */
+function withFleet(k: AgentKeys, fleet: AgentKeys): string[] {
+  return [...k, k.ids, fleet[0], fleet[1], fleet[2], ...k.holds, ...fleet.holds]
 }
 
 function agentId(ref: AgentRef): string {

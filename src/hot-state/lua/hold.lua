@@ -1,8 +1,8 @@
 -- hold: POST /holds (issue 13, memory.ts hold()): grants a budget hold when the agent and its
 -- fleet run and its worst case stays within their budgets with their open holds counted
 -- (policy.ts holdRefusal()), and adds it to both; the relaxing rules apply first, journaled.
--- KEYS[1..6] (lib.lua)  KEYS[7..9] the fleet's :a :w :m  KEYS[10..13] the agent's :hz :h and
--- the fleet's :hz :h (lib.lua)
+-- KEYS as record.lua's: KEYS[1..6] (lib.lua), KEYS[7] the partition's event ids (unused here),
+-- KEYS[8..10] the fleet's :a :w :m, KEYS[11..14] the agent's :hz :h and the fleet's :hz :h
 -- ARGV[1..7] (lib.lua)  ARGV[8] the hold id  ARGV[9] its worst case (nano-USD integer)
 -- ARGV[10] when it expires (ms)  ARGV[11] the fleet's JSON members
 -- Returns NEEDS_LOAD, NEEDS_FLEET_LOAD, FENCED, or {refusal ('' when granted), then of the
@@ -12,13 +12,13 @@ local closed = journal_closed(false)
 if closed then return closed end
 local st = read_state(A, W, M, ARGV[5])
 if not st then return NEEDS_LOAD end
-local fleet = read_state(KEYS[7], KEYS[8], KEYS[9], ARGV[11])
+local fleet = read_state(KEYS[8], KEYS[9], KEYS[10], ARGV[11])
 if not fleet then return 'NEEDS_FLEET_LOAD' end
 local now_minute = minute_of(NOW)
 expire(st, now_minute)
 expire(fleet, now_minute)
-read_held(st, KEYS[10], KEYS[11])
-read_held(fleet, KEYS[12], KEYS[13])
+read_held(st, KEYS[11], KEYS[12])
+read_held(fleet, KEYS[13], KEYS[14])
 
 -- What the expiry relaxed comes first: an auto-resumed agent may hold again.
 local function relax(s)
