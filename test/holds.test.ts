@@ -74,6 +74,20 @@ describe('budget holds (issue 13)', () => {
     expect(await held('x', key)).toBe(WORST_USD)
   })
 
+  it('takes the client\'s hold_id, so a retry whose answer was lost is the same hold, held once', async () => {
+    const key = await t.h.key(unique('u'))
+    const hold_id = randomUUID()
+    const first = (await t.h.post('/holds', ask('x', { hold_id }), key)).json()
+    const again = (await t.h.post('/holds', ask('x', { hold_id: hold_id.toUpperCase() }), key)).json()
+    expect(first).toMatchObject({ allowed: true, hold_id })
+    expect(again).toEqual(first)
+    expect(await held('x', key)).toBe(WORST_USD)
+    const other = await t.h.post('/holds', ask('y', { hold_id }), key)
+    expect(other.statusCode).toBe(404)
+    expect(other.json()).toMatchObject({ code: 'hold_not_found', errors: [{ field: 'hold_id' }] })
+    expect((await t.h.post('/holds', ask('x', { hold_id: 'not-a-uuid' }), key)).json().errors).toEqual([expect.objectContaining({ field: 'hold_id' })])
+  })
+
   it('releases a hold at its expiry and not before, and DELETE releases one early for its own user only', async () => {
     const user = unique('u')
     const key = await t.h.key(user)

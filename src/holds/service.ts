@@ -45,7 +45,7 @@ export class HoldService {
     const now = this.#d.clock.now()
     // Cache tokens only make a call cheaper: every input token at the input price is the worst case.
     const { costNano } = this.#d.prices.cost(body.model, { input_tokens: body.input_tokens, output_tokens: body.max_output_tokens })
-    const holdId = randomUUID()
+    const holdId = body.hold_id ?? randomUUID()
     const expiresAt = now + body.ttl_seconds * 1000
     const r = await this.#d.hotState.hold({ userId, agentId: body.agent_id }, { holdId, costNano, expiresAt }, now)
     this.#d.onHold?.(r.refusal)

@@ -165,6 +165,9 @@ export class MemoryHotState implements HotState {
   async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
     const nowMinute = minuteOf(now)
     this.#expireHolds(ref.userId, now)
+    let book = this.#holds.get(ref.userId)
+    const open = book?.get(request.holdId)
+    if (open && open.agentId !== ref.agentId) throw holdOfAnotherAgent(request.holdId)
     const fleetRef = fleetOf(ref.userId)
     const agent = this.#entry(ref)
     const fleet = this.#entry(fleetRef)
@@ -172,9 +175,9 @@ export class MemoryHotState implements HotState {
     fleet.window.expire(nowMinute)
     // What the expiry relaxed comes first: an auto-resumed agent may hold again.
     const transitions = [this.#evaluate(ref, agent, now, false), this.#evaluate(fleetRef, fleet, now, false)].filter((t) => t !== null)
-    const refusal = holdRefusal(holdBudget(agent), holdBudget(fleet), request.costNano)
-    if (refusal === null) {
-      let book = this.#holds.get(ref.userId)
+    // A retry of a hold still open is that hold, granted again and held once.
+    const refusal = open ? null : holdRefusal(holdBudget(agent), holdBudget(fleet), request.costNano)
+    if (refusal === null && !open) {
       if (!book) this.#holds.set(ref.userId, (book = new HoldBook()))
       book.add({ id: request.holdId, agentId: ref.agentId, costNano: request.costNano, expiresAt: request.expiresAt })
       agent.held += request.costNano

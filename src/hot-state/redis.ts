@@ -230,7 +230,7 @@ export class RedisHotState implements HotState {
   async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
     const fleetRef = fleetOf(ref.userId)
     const fleet = this.#keys(fleetRef)
-    const [refusal, a, f] = (await this.#agentScript(ref, now, (k, head) =>
+    const reply = (await this.#agentScript(ref, now, (k, head) =>
       this.#scripts.burnrateHold(
         ...withFleet(k, fleet),
         ...head,
@@ -239,7 +239,9 @@ export class RedisHotState implements HotState {
         request.expiresAt,
         this.#names(fleetRef).members,
       ),
-    )) as HoldReply
+    )) as HoldReply | typeof HOLD_OF_ANOTHER_AGENT
+    if (reply === HOLD_OF_ANOTHER_AGENT) throw holdOfAnotherAgent(request.holdId)
+    const [refusal, a, f] = reply
     const agent = holdBudgetOf(a)
     const ofFleet = holdBudgetOf(f)
     return {

@@ -324,7 +324,9 @@ export interface HotState {
   /**
    * POST /holds (issue 13): grants the hold when the agent and its fleet run and its worst
    * case stays within their budgets with every open hold counted (policy.ts holdRefusal),
-   * atomically with every other hold and event of the user; nothing is held otherwise.
+   * atomically with every other hold and event of the user; nothing is held otherwise. The
+   * id of a hold of the agent still open (a retry) is granted again without a second hold;
+   * of another agent's, a 404 (hold_not_found).
    */
   hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult>
   /**

@@ -11,6 +11,9 @@ export const holdBody = z.strictObject({
   model: z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters'),
   input_tokens: tokens,
   max_output_tokens: tokens,
+  // The client's own id for the hold, so a retry of a request whose answer was lost is the
+  // same hold, not a second one (as event_id is for events); one is made when absent.
+  hold_id: holdId.optional(),
   ttl_seconds: z
     .number()
     .int('must be an integer')

@@ -550,6 +550,21 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       expect(await hs.hold(ref, hold(USD), T0)).toMatchObject({ refusal: null })
     })
 
+    it('a hold asked again with its id while open (a retry) is the same hold, held once; another agent\'s id is a 404', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(ref, policy(10, { alertAt: [] }), T0, 'key-1')
+      const h = hold(6 * USD)
+      expect(await hs.hold(ref, h, T0)).toMatchObject({ refusal: null, remainingNano: 4 * USD })
+      // Granted again, though a second 6 USD would not fit: nothing more is held.
+      expect(await hs.hold(ref, h, T0)).toMatchObject({ refusal: null, remainingNano: 4 * USD })
+      expect(await held(hs)).toBe(6 * USD)
+      await expect(hs.hold({ userId: 'u', agentId: 'b' }, h, T0)).rejects.toMatchObject({ code: 'hold_not_found' })
+      expect(await held(hs, fleetOf('u'))).toBe(6 * USD)
+      // Settled, the id is free: asked again, it is a new hold.
+      await hs.record(ev(USD, T0, { holdId: h.holdId }), T0)
+      expect(await hs.hold(ref, h, T0)).toMatchObject({ refusal: null, remainingNano: 3 * USD })
+    })
+
     it('grants concurrent holds no more than the budget allows', async () => {
       const { hs } = await make()
       await hs.setPolicy(ref, policy(10, { alertAt: [] }), T0, 'key-1')

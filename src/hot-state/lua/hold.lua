@@ -5,7 +5,7 @@
 -- KEYS[8..10] the fleet's :a :w :m, KEYS[11..14] the agent's :hz :h and the fleet's :hz :h
 -- ARGV[1..7] (lib.lua)  ARGV[8] the hold id  ARGV[9] its worst case (nano-USD integer)
 -- ARGV[10] when it expires (ms)  ARGV[11] the fleet's JSON members
--- Returns NEEDS_LOAD, NEEDS_FLEET_LOAD, FENCED, or {refusal ('' when granted), then of the
+-- Returns NEEDS_LOAD, NEEDS_FLEET_LOAD, FENCED, HOLD_OF_ANOTHER_AGENT, or {refusal ('' when granted), then of the
 -- agent and of its fleet each: pause reason ('' when running), override (0|1), total, held,
 -- threshold, {transition or false}}.
 local closed = journal_closed(false)
@@ -34,7 +34,12 @@ local function over(s)
   return not s.override and s.total + s.held + cost > s.threshold
 end
 local refusal = ''
-if st.paused or fleet.paused then
+-- A retry of a hold still open is that hold, granted again and held once.
+local again = has_hold(st, ARGV[8])
+if not again and has_hold(fleet, ARGV[8]) then return 'HOLD_OF_ANOTHER_AGENT' end
+if again then
+  refusal = ''
+elseif st.paused or fleet.paused then
   refusal = 'paused'
 elseif over(st) then
   refusal = 'budget'
