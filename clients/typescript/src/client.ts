@@ -1,9 +1,11 @@
 import { BurnrateError } from './errors.js'
-import { buildEventBody, checkAgentId, checkTokens } from './event.js'
+import { buildEventBody, buildHoldBody, checkAgentId } from './event.js'
+import type { HoldBody } from './event.js'
 import { isObject, requestJson, sleep } from './http.js'
 import type { FetchLike, JsonRequest, RetryPolicy } from './http.js'
-import type { AlertInfo, BurnrateEvent, EventExtras, EventResponse, FailMode, LlmUsage, Metadata } from './types.js'
-import { fromAnthropic as anthropicEvent, fromOpenAIChat as openAIChatEvent, fromOpenAIResponses as openAIResponsesEvent, fromUsage as usageEvent, withExtras } from './usage.js'
+import { isUuid } from './id.js'
+import type { AlertInfo, BurnrateEvent, EventExtras, EventResponse, FailMode, GuardCall, GuardRefusalReason, GuardResult, Hold, HoldResponse, LlmUsage, Metadata } from './types.js'
+import { fromAnthropic as anthropicEvent, fromOpenAIChat as openAIChatEvent, fromOpenAIResponses as openAIResponsesEvent, fromUsage as usageEvent, llmCallEvent, withExtras } from './usage.js'
 import type { ProviderUsage, UsageSource } from './usage.js'
 
 export interface BurnrateOptions {
@@ -48,6 +50,16 @@ export interface WaitOptions {
   timeoutMs?: number
   /** Aborting it ends the wait at once (resolves false). */
   signal?: AbortSignal
+}
+
+/** A guarded call's hold as its reports see it: the id they carry, and whether burnrate has acknowledged one. */
+interface HoldState {
+  readonly id: string | null
+  settled: boolean
+}
+
+function refused(reason: GuardRefusalReason, pausedReason: string | null, answer?: HoldResponse): GuardResult<never> {
+  return { allowed: false, reason, pausedReason, remainingUsd: answer?.remaining_usd ?? null, worstCaseUsd: answer?.worst_case_usd ?? null }
 }
 
 const DEFAULTS = { timeoutMs: 10_000, maxRetries: 3, retryBaseDelayMs: 500, maxRetryDelayMs: 30_000 }
@@ -193,8 +205,13 @@ export class Burnrate {
    * "closed", when burnrate could not be reached. Rejects only with a TypeError for an
    * invalid event.
    */
-  async send(event: BurnrateEvent): Promise<boolean> {
-    const body = buildEventBody(this.agent, event)
+  send(event: BurnrateEvent): Promise<boolean> {
+    return this.post(event)
+  }
+
+  /** send(), for a guarded call with its hold: hold_id goes with the event, and `settled` turns true once burnrate acknowledged it. */
+  private async post(event: BurnrateEvent, hold?: HoldState): Promise<boolean> {
+    const body = buildEventBody(this.agent, hold?.id ? { ...event, hold_id: hold.id } : event)
     if (this.isPaused) return false
     const configured = await this.configure()
     if (this.isPaused) return false
@@ -211,6 +228,7 @@ export class Burnrate {
         this.reason = typeof r.paused_reason === 'string' ? r.paused_reason : null
       }
       delivered = true
+      if (hold) hold.settled = true
       if (Array.isArray(r.alerts) && r.alerts.length > 0 && this.onAlert) this.tellAlert({ levels: r.alerts as number[], response: this.last })
     } catch (err) {
       this.report(err)
@@ -222,18 +240,7 @@ export class Burnrate {
 
   /** An llm_call event: model and token counts (cache counts are parts of inputTokens). */
   llmCall(model: string, usage: LlmUsage, extras?: EventExtras): Promise<boolean> {
-    return this.later(() => {
-      if (typeof usage !== 'object' || usage === null) throw new TypeError('burnrate: llmCall needs { inputTokens, outputTokens }')
-      const event: BurnrateEvent = {
-        event_type: 'llm_call',
-        model,
-        input_tokens: checkTokens(usage.inputTokens, 'inputTokens'),
-        output_tokens: checkTokens(usage.outputTokens, 'outputTokens'),
-      }
-      if (usage.cacheReadTokens !== undefined) event.cache_read_tokens = usage.cacheReadTokens
-      if (usage.cacheWriteTokens !== undefined) event.cache_write_tokens = usage.cacheWriteTokens
-      return withExtras(event, extras)
-    })
+    return this.later(() => llmCallEvent(model, usage, extras))
   }
 
   /** A tool_call event. */
@@ -269,6 +276,42 @@ export class Burnrate {
   /** Sends a call of any provider the price library knows: `fromUsage({ provider: 'google' }, model, response.usageMetadata)`. */
   fromUsage(source: UsageSource, model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean> {
     return this.later(() => usageEvent(source, model, usage, extras))
+  }
+
+  /**
+   * Runs `fn`, which makes one LLM call, under a budget hold: burnrate first reserves the call's
+   * worst case (POST /holds), so parallel calls cannot each pass the budget check and together
+   * overshoot it, and the llm_call `fn` reports through its Hold settles the hold with the real
+   * cost. Refused (the agent or its fleet paused, or the worst case does not fit), `fn` does not
+   * run; a refusal for a pause pauses the client as a paused event answer does. A hold `fn` leaves
+   * unsettled (it threw, or no report of it reached burnrate) is released when `fn` ends.
+   * burnrate unreachable, the fail mode decides: "open" runs `fn` without a hold, "closed" does
+   * not run it. Rejects with a TypeError for an invalid call, and with what `fn` throws.
+   */
+  async guard<T>(call: GuardCall, fn: (hold: Hold) => T | Promise<T>): Promise<GuardResult<T>> {
+    const body = buildHoldBody(this.agent, call)
+    if (typeof fn !== 'function') throw new TypeError('burnrate: guard needs the function that makes the call')
+    if (this.isPaused) return refused('paused', this.reason)
+    // The hold is judged against the budget this client sets: configure it first.
+    const configured = await this.configure()
+    if (this.isPaused) return refused('paused', this.reason)
+    // Closed, a budget that could not be set cannot be checked either (as in send()).
+    const answer = configured || this.failMode === 'open' ? await this.askHold(body) : undefined
+    if (answer === undefined && this.failMode === 'closed') return refused('unreachable', null)
+    if (answer !== undefined && !answer.allowed) {
+      if (answer.reason === 'paused') {
+        this.isPaused = true
+        this.reason = answer.paused_reason
+      }
+      return refused(answer.reason as GuardRefusalReason, answer.paused_reason, answer)
+    }
+    const hold: HoldState = { id: answer?.hold_id ?? null, settled: false }
+    try {
+      const value = await fn(this.holdFor(call.model, hold, answer))
+      return { allowed: true, value, holdId: hold.id }
+    } finally {
+      if (hold.id !== null && !hold.settled) await this.release(hold.id)
+    }
   }
 
   /**
@@ -348,13 +391,60 @@ export class Burnrate {
     return this.configuring
   }
 
+  /** POST /holds; undefined (the error reported) when burnrate could not be asked. */
+  private async askHold(body: HoldBody): Promise<HoldResponse | undefined> {
+    try {
+      const answer = await this.request({ operation: 'hold', method: 'POST', url: `${this.base}/holds`, body })
+      const r = answer.body
+      // Granted: a hold_id the llm_call can carry. Refused: why.
+      const valid = isObject(r) && (r.allowed === true ? typeof r.hold_id === 'string' && isUuid(r.hold_id) : r.allowed === false && typeof r.reason === 'string')
+      if (!valid) {
+        throw new BurnrateError('burnrate POST /holds: the answer is neither a granted hold with its hold_id nor a refusal with its reason', { operation: 'hold', code: 'invalid_response', status: answer.status, retryable: false })
+      }
+      return r as unknown as HoldResponse
+    } catch (err) {
+      this.report(err)
+      return undefined
+    }
+  }
+
+  /** DELETE /holds/{id} of a hold its call left unsettled. Never throws: a failure goes to onError. */
+  private async release(holdId: string): Promise<void> {
+    try {
+      await this.request({
+        operation: 'release',
+        method: 'DELETE',
+        url: `${this.base}/holds/${encodeURIComponent(holdId)}`,
+        // Not open any more (expired, or settled by a report whose answer was lost): nothing to release.
+        accept: (status, body) => status === 404 && isObject(body) && body.code === 'hold_not_found',
+      })
+    } catch (err) {
+      this.report(err)
+    }
+  }
+
+  /** The Hold guard() hands its function: the report methods of the client, with the hold attached. */
+  private holdFor(model: string, hold: HoldState, answer: HoldResponse | undefined): Hold {
+    const report = (build: () => BurnrateEvent) => this.later(build, hold)
+    return {
+      holdId: hold.id,
+      heldUsd: answer?.held_usd ?? 0,
+      expiresAt: typeof answer?.expires_at === 'string' ? new Date(answer.expires_at) : null,
+      llmCall: (usage, extras) => report(() => llmCallEvent(model, usage, extras)),
+      fromOpenAIChat: (m, usage, extras) => report(() => openAIChatEvent(m, usage, extras)),
+      fromOpenAIResponses: (m, usage, extras) => report(() => openAIResponsesEvent(m, usage, extras)),
+      fromAnthropic: (m, usage, extras) => report(() => anthropicEvent(m, usage, extras)),
+      fromUsage: (source, m, usage, extras) => report(() => usageEvent(source, m, usage, extras)),
+    }
+  }
+
   private request(req: Omit<JsonRequest, 'apiKey'>) {
     return requestJson(this.fetchFn, this.policy, { ...req, apiKey: this.apiKey })
   }
 
-  /** Builds the event (a TypeError becomes a rejection) and sends it. */
-  private async later(build: () => BurnrateEvent): Promise<boolean> {
-    return this.send(build())
+  /** Builds the event (a TypeError becomes a rejection) and sends it, with the hold of a guarded call when given. */
+  private async later(build: () => BurnrateEvent, hold?: HoldState): Promise<boolean> {
+    return this.post(build(), hold)
   }
 
   /** onAlert, whose own failure never reaches send(). */

@@ -22,11 +22,11 @@ export interface BurnrateErrorInit {
 
 /**
  * A request to burnrate that failed after its retries. Handed to `onError` (or logged with
- * console.warn); never thrown out of send(), refresh() or waitUntilResumed().
+ * console.warn); never thrown out of send(), guard(), refresh() or waitUntilResumed().
  */
 export class BurnrateError extends Error {
   override readonly name = 'BurnrateError'
-  /** 'config' (start-up POST /config), 'event' (POST /events) or 'refresh' (GET /agents/{id}). */
+  /** 'config' (start-up POST /config), 'event' (POST /events), 'refresh' (GET /agents/{id}), 'hold' (guard()'s POST /holds) or 'release' (its DELETE /holds/{id}). */
   readonly operation: Operation
   /** The server's problem code, `http_<status>`, or a LocalErrorCode. */
   readonly code: string

@@ -1,13 +1,15 @@
 import { isUuid, randomUuid } from './id.js'
-import type { BurnrateEvent, EventType, Metadata } from './types.js'
+import type { BurnrateEvent, EventType, GuardCall, Metadata } from './types.js'
 
 /** The server's value rules (DECISIONS.md), checked before anything is sent. */
 export const MAX_TOKENS = 1_000_000_000
 export const MAX_NAME_LENGTH = 256
 export const MAX_METADATA_BYTES = 16 * 1024
+export const MAX_HOLD_TTL_SECONDS = 3600
 
 const EVENT_TYPES: readonly EventType[] = ['llm_call', 'tool_call', 'agent_start', 'agent_end']
-const FIELDS = new Set(['event_type', 'model', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'usage', 'provider', 'api_flavor', 'tool_name', 'metadata', 'event_id'])
+const FIELDS = new Set(['event_type', 'model', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'usage', 'provider', 'api_flavor', 'tool_name', 'metadata', 'event_id', 'hold_id'])
+const GUARD_FIELDS = new Set(['model', 'inputTokens', 'maxOutputTokens', 'ttlSeconds'])
 const TOKEN_FIELDS = ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const
 
 // eslint-disable-next-line no-control-regex
@@ -96,6 +98,45 @@ export function buildEventBody(agentId: string, event: BurnrateEvent): EventBody
     body.event_id = e.event_id.toLowerCase()
   } else {
     body.event_id = randomUuid()
+  }
+  if (e.hold_id !== undefined) {
+    if (e.event_type !== 'llm_call') throw new TypeError('burnrate: hold_id is for llm_call events only')
+    if (typeof e.hold_id !== 'string' || !isUuid(e.hold_id)) throw new TypeError('burnrate: hold_id must be a UUID: a hold_id POST /holds answered')
+    body.hold_id = e.hold_id.toLowerCase()
+  }
+  return body
+}
+
+/** The wire body of POST /holds. */
+export interface HoldBody {
+  agent_id: string
+  model: string
+  input_tokens: number
+  max_output_tokens: number
+  /** The client's own id, sent on every retry: a retry whose first answer was lost is the same hold. */
+  hold_id: string
+  ttl_seconds?: number
+}
+
+/** The POST /holds body of guard()'s `call` for `agentId`. Throws a TypeError for a call the server would refuse with 400. */
+export function buildHoldBody(agentId: string, call: GuardCall): HoldBody {
+  if (typeof call !== 'object' || call === null || Array.isArray(call)) throw new TypeError('burnrate: guard needs { model, inputTokens, maxOutputTokens, ttlSeconds? }')
+  for (const key of Object.keys(call)) {
+    if (!GUARD_FIELDS.has(key)) throw new TypeError(`burnrate: unknown guard field ${JSON.stringify(key)}`)
+  }
+  const body: HoldBody = {
+    agent_id: agentId,
+    model: checkName(call.model, 'model'),
+    input_tokens: checkTokens(call.inputTokens, 'inputTokens'),
+    max_output_tokens: checkTokens(call.maxOutputTokens, 'maxOutputTokens'),
+    hold_id: randomUuid(),
+  }
+  if (call.ttlSeconds !== undefined) {
+    const ttl = call.ttlSeconds
+    if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 1 || ttl > MAX_HOLD_TTL_SECONDS) {
+      throw new TypeError(`burnrate: ttlSeconds must be an integer from 1 to ${MAX_HOLD_TTL_SECONDS}, got ${String(ttl)}`)
+    }
+    body.ttl_seconds = ttl
   }
   return body
 }

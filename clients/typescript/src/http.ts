@@ -16,7 +16,7 @@ export interface RetryPolicy {
 
 export interface JsonRequest {
   operation: Operation
-  method: 'GET' | 'POST'
+  method: 'GET' | 'POST' | 'DELETE'
   url: string
   apiKey: string
   body?: unknown

@@ -1,3 +1,5 @@
+import type { ProviderUsage, UsageSource } from './usage.js'
+
 /** The kinds of event burnrate accepts (SPEC.md 2.2). */
 export type EventType = 'llm_call' | 'tool_call' | 'agent_start' | 'agent_end'
 
@@ -30,6 +32,11 @@ export interface BurnrateEvent {
   metadata?: Metadata
   /** A UUID; the client generates one when absent. The same id is sent on every retry. */
   event_id?: string
+  /**
+   * llm_call only: the budget hold this call settles (a hold_id POST /holds answered; guard()
+   * sets it). burnrate releases the hold and counts the real cost in one step, once under retries.
+   */
+  hold_id?: string
 }
 
 /** Token counts of one LLM call, for `llmCall`. */
@@ -74,6 +81,26 @@ export interface EventResponse {
   duplicate?: true
 }
 
+/** The body of a 200 answer to POST /holds: always the same keys, granted or refused. */
+export interface HoldResponse {
+  ok: true
+  allowed: boolean
+  /** null when granted. */
+  reason: 'paused' | 'budget' | 'fleet_budget' | null
+  /** null when refused: nothing is held then. */
+  hold_id: string | null
+  /** The worst case held; 0 when refused. */
+  held_usd: number
+  /** The call's worst case: all of its input and max_output_tokens of output, at its model's prices. */
+  worst_case_usd: number
+  /** The budget minus the 24 h total and the open holds. */
+  remaining_usd: number
+  /** ISO 8601; null when refused. */
+  expires_at: string | null
+  paused: boolean
+  paused_reason: string | null
+}
+
 /** What onAlert is told: the levels an event crossed, and the answer that said so. */
 export interface AlertInfo {
   levels: number[]
@@ -92,10 +119,68 @@ export interface Problem {
 }
 
 /** What the client was doing when a request failed. */
-export type Operation = 'config' | 'event' | 'refresh'
+export type Operation = 'config' | 'event' | 'refresh' | 'hold' | 'release'
 
 /**
  * `open` (default): a failure to reach burnrate does not stop the agent; send() returns true
  * (unless the agent is known to be paused). `closed`: send() returns false on a failure.
  */
 export type FailMode = 'open' | 'closed'
+
+/** The worst case of the LLM call guard() is about to make, to hold against the budget. */
+export interface GuardCall {
+  /** The model the server prices the worst case at (and llmCall reports). */
+  model: string
+  /** All input tokens the call sends (every one priced as uncached input: the worst case). */
+  inputTokens: number
+  /** The call's output limit (max_tokens / max_output_tokens). */
+  maxOutputTokens: number
+  /** How long burnrate holds it unless the call is reported first: 1 to 3600 seconds. Default 300 (the server's). */
+  ttlSeconds?: number
+}
+
+/**
+ * What guard() hands its function: the hold, and report methods that send the call's llm_call
+ * with `hold_id`, so burnrate settles the hold with the real cost. Each resolves as send() does.
+ * Without a hold (failMode "open" and burnrate unreachable) they send the llm_call without it.
+ */
+export interface Hold {
+  /** The hold's id; null when the call runs unguarded (burnrate could not be reached). */
+  readonly holdId: string | null
+  /** The worst case held against the budget, USD; 0 without a hold. */
+  readonly heldUsd: number
+  /** When burnrate lets the hold go unless the call is reported first; null without a hold. */
+  readonly expiresAt: Date | null
+  /** The call as token counts, for the guarded model: like Burnrate.llmCall without the model. */
+  llmCall(usage: LlmUsage, extras?: EventExtras): Promise<boolean>
+  fromOpenAIChat(model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean>
+  fromOpenAIResponses(model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean>
+  fromAnthropic(model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean>
+  fromUsage(source: UsageSource, model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean>
+}
+
+/**
+ * Why guard() did not run its function: the agent or its fleet is paused (`paused`), the call's
+ * worst case does not fit in what is left of the agent's budget (`budget`) or its fleet's
+ * (`fleet_budget`), or burnrate could not be reached with failMode "closed" (`unreachable`).
+ */
+export type GuardRefusalReason = 'paused' | 'budget' | 'fleet_budget' | 'unreachable'
+
+/** What guard() resolves to: the function's value, or why it did not run. */
+export type GuardResult<T> =
+  | {
+      allowed: true
+      value: T
+      /** The hold the call ran under; null when it ran unguarded (failMode "open", burnrate unreachable). */
+      holdId: string | null
+    }
+  | {
+      allowed: false
+      reason: GuardRefusalReason
+      /** With reason 'paused': why, as `Burnrate.pausedReason`; else null. */
+      pausedReason: string | null
+      /** What is left of the budget, open holds deducted, as burnrate answered the hold; null when it did not answer one. */
+      remainingUsd: number | null
+      /** The call's worst case as burnrate priced it; null when it did not answer. */
+      worstCaseUsd: number | null
+    }

@@ -1,4 +1,5 @@
-import type { BurnrateEvent, EventExtras } from './types.js'
+import { checkTokens } from './event.js'
+import type { BurnrateEvent, EventExtras, LlmUsage } from './types.js'
 
 /**
  * The usage object of a provider's response, as its SDK returns it: `completion.usage`
@@ -26,6 +27,20 @@ export function fromUsage(source: UsageSource, model: string, usage: ProviderUsa
   }
   const event: BurnrateEvent = { event_type: 'llm_call', model, provider: source.provider, usage: usage as Record<string, unknown> }
   if (source.apiFlavor !== undefined) event.api_flavor = source.apiFlavor
+  return withExtras(event, extras)
+}
+
+/** The llm_call event of token counts (cache counts are parts of inputTokens). */
+export function llmCallEvent(model: string, usage: LlmUsage, extras?: EventExtras): BurnrateEvent {
+  if (typeof usage !== 'object' || usage === null) throw new TypeError('burnrate: llmCall needs { inputTokens, outputTokens }')
+  const event: BurnrateEvent = {
+    event_type: 'llm_call',
+    model,
+    input_tokens: checkTokens(usage.inputTokens, 'inputTokens'),
+    output_tokens: checkTokens(usage.outputTokens, 'outputTokens'),
+  }
+  if (usage.cacheReadTokens !== undefined) event.cache_read_tokens = usage.cacheReadTokens
+  if (usage.cacheWriteTokens !== undefined) event.cache_write_tokens = usage.cacheWriteTokens
   return withExtras(event, extras)
 }
 

@@ -518,6 +518,209 @@ describe('fail modes on a dead server', () => {
   })
 })
 
+describe('budget holds: guard()', () => {
+  /** gpt-4o, 1000 in and at most 1000 out: 0.0025 + 0.01 USD at worst. */
+  const WORST = { model: 'gpt-4o', inputTokens: 1000, maxOutputTokens: 1000 }
+  const WORST_NANO = 12_500_000
+
+  const holdPosts = (p: Proxy) => p.seen.filter((s) => s.method === 'POST' && s.path === '/holds')
+  const releases = (p: Proxy) => p.seen.filter((s) => s.method === 'DELETE').map((s) => `${s.path} ${s.status}`)
+
+  it('a retry of a hold whose answer was cut carries the same hold_id, and the server holds it once', async () => {
+    const id = agentName('guard-cut')
+    const p = await proxy()
+    p.on('POST /holds', { kind: 'cut' }) // the server grants it, the client never hears back
+    const { c, errors } = make(id, { baseUrl: p.url, costThresholdUsd: 1 })
+    const result = await c.guard(WORST, async () => {
+      // One hold of the worst case, not two, while the call runs.
+      expect(nano((await agent(id)).body.held_usd)).toBe(WORST_NANO)
+      return 'answer'
+    })
+    expect(result).toMatchObject({ allowed: true, value: 'answer' })
+    const posts = holdPosts(p)
+    expect(posts.map((s) => s.action)).toEqual(['cut', 'forward'])
+    expect(posts[1]!.body.hold_id).toBe(posts[0]!.body.hold_id)
+    expect(posts[1]!.body.hold_id).toBe((result as { holdId: string }).holdId)
+    expect(errors).toEqual([])
+  })
+
+  it('holds the worst case while the call runs; the report carries hold_id and settles it with the real cost, once', async () => {
+    const id = agentName('guard')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url, costThresholdUsd: 1 })
+
+    const result = await c.guard({ ...WORST, ttlSeconds: 60 }, async (hold) => {
+      expect(hold.holdId).toMatch(UUID_V4)
+      expect(nano(hold.heldUsd)).toBe(WORST_NANO)
+      expect(Math.abs(hold.expiresAt!.getTime() - (Date.now() + 60_000))).toBeLessThan(5000)
+      // Held while the call is in flight: the budget counts it.
+      expect(nano((await agent(id)).body.held_usd)).toBe(WORST_NANO)
+      expect(await hold.llmCall(CALL)).toBe(true)
+      return 'answer'
+    })
+    expect(result).toEqual({ allowed: true, value: 'answer', holdId: expect.stringMatching(UUID_V4) })
+    const holdId = (result as { holdId: string }).holdId
+    expect(p.seen.map((s) => `${s.method} ${s.path}`)).toEqual(['POST /config', 'POST /holds', 'POST /events'])
+    expect(holdPosts(p)[0]!.body).toEqual({ agent_id: id, model: 'gpt-4o', input_tokens: 1000, max_output_tokens: 1000, hold_id: holdId, ttl_seconds: 60 })
+    expect(eventPosts(p)[0]!.body).toEqual({ agent_id: id, event_type: 'llm_call', model: 'gpt-4o', input_tokens: 1000, output_tokens: 500, event_id: expect.stringMatching(UUID_V4), hold_id: holdId })
+    expect(nano(c.lastResponse!.cost_usd)).toBe(CALL_NANO)
+
+    // The usage helpers of the hold settle it the same way.
+    const second = await c.guard(WORST, (hold) => hold.fromOpenAIChat('gpt-4o', { prompt_tokens: 1000, completion_tokens: 500, total_tokens: 1500 }))
+    expect(second).toEqual({ allowed: true, value: true, holdId: expect.stringMatching(UUID_V4) })
+    expect(holdPosts(p)[1]!.body).not.toHaveProperty('ttl_seconds') // the server's default
+    expect(eventPosts(p)[1]!.body).toMatchObject({ provider: 'openai', api_flavor: 'chat', hold_id: (second as { holdId: string }).holdId })
+
+    expect(releases(p)).toEqual([]) // settled by the reports: nothing to release
+    const read = await agent(id)
+    expect(read.body).toMatchObject({ llm_calls: 2, held_usd: 0, is_paused: false })
+    expect(nano(read.body.total_cost_usd)).toBe(2 * CALL_NANO)
+    expect(errors).toEqual([])
+  })
+
+  it('refuses a call whose worst case does not fit the budget: fn never runs and nothing is held', async () => {
+    const id = agentName('guard-budget')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url, costThresholdUsd: 0.01 })
+    const fn = vi.fn()
+    expect(await c.guard(WORST, fn)).toEqual({ allowed: false, reason: 'budget', pausedReason: null, remainingUsd: 0.01, worstCaseUsd: 0.0125 })
+    expect(fn).not.toHaveBeenCalled()
+    expect(c.paused).toBe(false) // only this call is too big: a smaller one may go
+    expect((await agent(id)).body).toMatchObject({ held_usd: 0, llm_calls: 0, is_paused: false })
+    const small = await c.guard({ ...WORST, maxOutputTokens: 500 }, (hold) => hold.llmCall(CALL))
+    expect(small).toMatchObject({ allowed: true, value: true })
+    expect(releases(p)).toEqual([])
+    expect(errors).toEqual([])
+  })
+
+  it('a refusal for a pause pauses the client; then guard() refuses at once and send() sends nothing, until refresh() sees a resume', async () => {
+    const id = agentName('guard-paused')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url })
+    expect(await c.start()).toBe(true)
+    await setPaused(id, true)
+    const fn = vi.fn()
+
+    expect(await c.guard(WORST, fn)).toEqual({ allowed: false, reason: 'paused', pausedReason: 'manual', remainingUsd: expect.any(Number), worstCaseUsd: 0.0125 })
+    expect([c.paused, c.pausedReason]).toEqual([true, 'manual'])
+    const requests = p.seen.length
+    expect(await c.guard(WORST, fn)).toEqual({ allowed: false, reason: 'paused', pausedReason: 'manual', remainingUsd: null, worstCaseUsd: null })
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(false)
+    expect(p.seen.length).toBe(requests) // neither asked burnrate anything
+    expect(fn).not.toHaveBeenCalled()
+
+    await setPaused(id, false)
+    expect(await c.refresh()).toBe(false)
+    expect(await c.guard(WORST, (hold) => hold.llmCall(CALL))).toMatchObject({ allowed: true, value: true })
+    expect((await agent(id)).body).toMatchObject({ llm_calls: 1, held_usd: 0 })
+    expect(errors).toEqual([])
+  })
+
+  it('releases the hold when fn throws, and rejects with its error', async () => {
+    const id = agentName('guard-throw')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url, costThresholdUsd: 1 })
+    const boom = new Error('the provider is down')
+    await expect(
+      c.guard(WORST, async () => {
+        expect(nano((await agent(id)).body.held_usd)).toBe(WORST_NANO)
+        throw boom
+      }),
+    ).rejects.toBe(boom)
+    expect(releases(p)).toEqual([expect.stringMatching(/^\/holds\/[0-9a-f-]{36} 200$/)])
+    expect((await agent(id)).body).toMatchObject({ held_usd: 0, llm_calls: 0 })
+    expect(errors).toEqual([])
+  })
+
+  it('releases the hold when fn reports nothing burnrate acknowledged; a hold that is no longer open is no error', async () => {
+    const id = agentName('guard-silent')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url, costThresholdUsd: 1, maxRetries: 0 })
+
+    // No report at all.
+    expect(await c.guard(WORST, () => 42)).toMatchObject({ allowed: true, value: 42 })
+    expect(releases(p)).toEqual([expect.stringMatching(/ 200$/)])
+    expect((await agent(id)).body).toMatchObject({ held_usd: 0, llm_calls: 0 })
+
+    // A report burnrate refused to take (its store down): not settled, so released.
+    p.on('POST /events', { kind: 'reply', status: 503, body: { status: 503, code: 'store_unavailable' } })
+    expect(await c.guard(WORST, (hold) => hold.llmCall(CALL))).toMatchObject({ allowed: true, value: true })
+    expect(releases(p)).toHaveLength(2)
+    expect(releases(p)[1]).toMatch(/ 200$/)
+    expect(errors.map((e) => [e.operation, e.code])).toEqual([['event', 'store_unavailable']])
+
+    // A report that settled the hold but whose answer was lost: the release finds it gone (404), quietly.
+    p.on('POST /events', { kind: 'cut' })
+    expect(await c.guard(WORST, (hold) => hold.llmCall(CALL))).toMatchObject({ allowed: true, value: true })
+    expect(releases(p)[2]).toMatch(/ 404$/)
+    expect(errors.map((e) => [e.operation, e.code])).toEqual([['event', 'store_unavailable'], ['event', 'network_error']])
+
+    // A hold that expired while fn ran (ttl 1 s): the same.
+    expect(
+      await c.guard({ ...WORST, ttlSeconds: 1 }, () => waitFor(async () => ((await agent(id)).body.held_usd === 0 ? 'expired' : undefined), 10_000, 'the hold to expire')),
+    ).toMatchObject({ allowed: true, value: 'expired' })
+    expect(releases(p)[3]).toMatch(/ 404$/)
+    expect(errors).toHaveLength(2)
+
+    const read = await agent(id)
+    expect(read.body).toMatchObject({ held_usd: 0, llm_calls: 1 }) // the cut one, counted once
+    expect(nano(read.body.total_cost_usd)).toBe(CALL_NANO)
+  })
+
+  it('a hold request is retried like an event (429, 5xx)', async () => {
+    const p = await proxy()
+    p.on('POST /holds', { kind: 'reply', status: 429, headers: { 'retry-after': '0' }, body: { status: 429, code: 'rate_limited' } })
+    p.on('POST /holds', { kind: 'reply', status: 503, body: { status: 503, code: 'store_unavailable' } })
+    const { c, errors } = make(agentName('guard-retry'), { baseUrl: p.url })
+    expect(await c.guard(WORST, (hold) => hold.llmCall(CALL))).toMatchObject({ allowed: true, value: true })
+    expect(holdPosts(p).map((s) => s.status)).toEqual([429, 503, 200])
+    expect(errors).toEqual([])
+  })
+
+  it('fail-open: burnrate unreachable for the hold, fn runs without one and reports without hold_id', async () => {
+    const id = agentName('guard-open')
+    const p = await proxy()
+    p.on('POST /holds', { kind: 'reply', status: 503, body: { status: 503, code: 'store_unavailable' } })
+    const { c, errors } = make(id, { baseUrl: p.url, maxRetries: 0 })
+    const result = await c.guard(WORST, async (hold) => {
+      expect([hold.holdId, hold.heldUsd, hold.expiresAt]).toEqual([null, 0, null])
+      return hold.llmCall(CALL)
+    })
+    expect(result).toEqual({ allowed: true, value: true, holdId: null })
+    expect(eventPosts(p)[0]!.body).not.toHaveProperty('hold_id')
+    expect(releases(p)).toEqual([])
+    expect(errors.map((e) => [e.operation, e.code])).toEqual([['hold', 'store_unavailable']])
+    expect((await agent(id)).body).toMatchObject({ llm_calls: 1, held_usd: 0 })
+
+    // Nothing answers at all: the same, every failure told to onError.
+    const port = await deadPort()
+    const dead = make(agentName('guard-open-dead'), { baseUrl: `http://127.0.0.1:${port}`, maxRetries: 1 })
+    expect(await dead.c.guard(WORST, (hold) => hold.llmCall(CALL))).toEqual({ allowed: true, value: true, holdId: null })
+    expect(dead.errors.map((e) => [e.operation, e.code, e.attempts])).toEqual([['hold', 'network_error', 2], ['event', 'network_error', 2]])
+  })
+
+  it('fail-closed: burnrate unreachable for the hold (or for the start-up config), fn does not run', async () => {
+    const port = await deadPort()
+    const { c, errors } = make(agentName('guard-closed'), { baseUrl: `http://127.0.0.1:${port}`, maxRetries: 0, failMode: 'closed' })
+    const fn = vi.fn()
+    const unreachable = { allowed: false, reason: 'unreachable', pausedReason: null, remainingUsd: null, worstCaseUsd: null }
+    expect(await c.guard(WORST, fn)).toEqual(unreachable)
+    expect(c.paused).toBe(false)
+    expect(errors.map((e) => [e.operation, e.code])).toEqual([['hold', 'network_error']])
+
+    // The budget this client sets could not be sent: the hold could not be judged against it.
+    const p = await proxy()
+    p.on('POST /config', { kind: 'reply', status: 503, body: { status: 503, code: 'store_unavailable' } })
+    const cfg = make(agentName('guard-closed-config'), { baseUrl: p.url, maxRetries: 0, failMode: 'closed', costThresholdUsd: 1 })
+    expect(await cfg.c.guard(WORST, fn)).toEqual(unreachable)
+    expect(p.seen.map((s) => `${s.method} ${s.path}`)).toEqual(['POST /config'])
+    expect(cfg.errors.map((e) => e.operation)).toEqual(['config'])
+    expect(fn).not.toHaveBeenCalled()
+    // Once it goes through, so do holds.
+    expect(await cfg.c.guard(WORST, (hold) => hold.llmCall(CALL))).toMatchObject({ allowed: true, value: true })
+  })
+})
+
 describe('usage helpers on SDK-shaped usage objects, priced by the server', () => {
   it('OpenAI Chat Completions, OpenAI Responses and Anthropic report input, output and cache tokens right', async () => {
     const id = agentName('usage')

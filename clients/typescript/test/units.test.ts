@@ -106,6 +106,53 @@ describe('argument checks (programming errors throw; nothing is sent)', () => {
     await expect(c.fromAnthropic('m', null as never)).rejects.toThrow(TypeError)
     expect(calls).toEqual([])
   })
+
+  it('hold_id goes with llm_call events only, and only as a UUID', async () => {
+    const { fetch, calls } = refusingFetch()
+    const c = new Burnrate({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k', agentId: 'a', fetch })
+    const holdId = '0b0f7a52-9a1c-4c8e-9a54-6f1b1b2f4a10'
+    await expect(c.send({ event_type: 'tool_call', tool_name: 'search', hold_id: holdId })).rejects.toThrow(/hold_id is for llm_call events only/)
+    await expect(c.send({ event_type: 'llm_call', model: 'm', input_tokens: 1, output_tokens: 1, hold_id: 'hold-1' })).rejects.toThrow(/hold_id must be a UUID/)
+    expect(calls).toEqual([])
+ 
+    // Lower-cased like event_id: the id burnrate answered, whatever the caller's case.
+    const bodies: unknown[] = []
+    const recordingFetch = (_url: string, init: RequestInit): Promise<Response> => {
+      bodies.push(JSON.parse(String(init.body)))
+      return Promise.reject(new Error('offline'))
+    }
+    const recording = new Burnrate({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k', agentId: 'a', maxRetries: 0, onError: () => {}, fetch: recordingFetch })
+    expect(await recording.send({ event_type: 'llm_call', model: 'm', input_tokens: 1, output_tokens: 1, hold_id: holdId.toUpperCase() })).toBe(true)
+    expect(bodies).toEqual([expect.objectContaining({ hold_id: holdId })])
+  })
+
+  it('guard() rejects with a TypeError for a call the server would refuse, before any request and without running fn', async () => {
+    const { fetch, calls } = refusingFetch()
+    const c = new Burnrate({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k', agentId: 'a', fetch, costThresholdUsd: 1 })
+    const ok = { model: 'gpt-4o', inputTokens: 1000, maxOutputTokens: 1000 }
+    const fn = vi.fn()
+    const bad: Array<[unknown, RegExp]> = [
+      [null, /guard needs \{ model, inputTokens, maxOutputTokens, ttlSeconds\? \}/],
+      [{ ...ok, model: '' }, /model/],
+      [{ ...ok, model: 'm'.repeat(257) }, /model/],
+      [{ ...ok, model: undefined }, /model/],
+      [{ ...ok, inputTokens: -1 }, /inputTokens/],
+      [{ ...ok, inputTokens: 1.5 }, /inputTokens/],
+      [{ ...ok, maxOutputTokens: '1000' }, /maxOutputTokens/],
+      [{ ...ok, maxOutputTokens: 2e9 }, /maxOutputTokens/],
+      [{ ...ok, ttlSeconds: 0 }, /ttlSeconds must be an integer from 1 to 3600/],
+      [{ ...ok, ttlSeconds: 3601 }, /ttlSeconds/],
+      [{ ...ok, ttlSeconds: 2.5 }, /ttlSeconds/],
+      [{ ...ok, max_output_tokens: 10 }, /unknown guard field "max_output_tokens"/],
+    ]
+    for (const [call, message] of bad) {
+      await expect(c.guard(call as never, fn)).rejects.toThrow(message)
+    }
+    await expect(c.guard(ok, 'not a function' as never)).rejects.toThrow(/guard needs the function/)
+    for (const [call] of bad) await expect(c.guard(call as never, fn)).rejects.toBeInstanceOf(TypeError)
+    expect(fn).not.toHaveBeenCalled()
+    expect(calls).toEqual([])
+  })
 })
 
 describe('event ids', () => {
