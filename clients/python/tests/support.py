@@ -260,6 +260,9 @@ class Proxy:
             def do_POST(self) -> None:
                 proxy._handle(self)
 
+            def do_DELETE(self) -> None:
+                proxy._handle(self)
+
             def log_message(self, format: str, *args: Any) -> None:  # quiet
                 pass
 

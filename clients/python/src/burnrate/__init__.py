@@ -8,8 +8,8 @@
 """
 
 from ._version import __version__
-from .aio import AsyncBurnrate
-from .client import Burnrate, FailMode, OnAlert, OnError
+from .aio import AsyncBurnrate, AsyncGuard
+from .client import Burnrate, FailMode, Guard, OnAlert, OnError
 from .errors import BurnrateError
 from .usage import (
     end_event,
@@ -24,9 +24,11 @@ from .usage import (
 
 __all__ = [
     "AsyncBurnrate",
+    "AsyncGuard",
     "Burnrate",
     "BurnrateError",
     "FailMode",
+    "Guard",
     "OnAlert",
     "OnError",
     "__version__",

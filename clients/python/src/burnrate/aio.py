@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import time
 from datetime import datetime
-from typing import Any, Dict, Mapping, Optional, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, Type, TypeVar
 
-from .client import Burnrate, FailMode, OnAlert, OnError
+from .client import Burnrate, FailMode, Guard, OnAlert, OnError, _hold_body
+
+if TYPE_CHECKING:  # typing_extensions for Python 3.9, read by type checkers only (no runtime dependency)
+    from typing_extensions import Concatenate, ParamSpec
+
+    P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class _DeferredBurnrate(Burnrate):
@@ -95,6 +104,7 @@ class AsyncBurnrate:
         return await asyncio.to_thread(self._client._ensure_config)
 
     async def send(self, event: Mapping[str, Any]) -> bool:
+        self._client._event_body(event)  # a programming error raises, paused or not
         if self._client.paused:  # answer without a thread hop once stopped
             return False
         return await asyncio.to_thread(self._client.send, event)
@@ -133,6 +143,37 @@ class AsyncBurnrate:
     async def from_anthropic(self, model: str, usage: Any, **extra: Any) -> bool:
         return await asyncio.to_thread(self._client.from_anthropic, model, usage, **extra)
 
+    def guard(
+        self, *, model: str, input_tokens: int, max_output_tokens: int, ttl_seconds: Optional[int] = None
+    ) -> AsyncGuard:
+        """``async with client.guard(...) as guard``: Burnrate.guard, awaitable. The body must
+        check ``guard.allowed``: an ``async with`` cannot skip its body."""
+        return AsyncGuard(Guard(self._client, _hold_body(self.agent_id, model, input_tokens, max_output_tokens, ttl_seconds)))
+
+    def guarded(
+        self, *, model: str, input_tokens: int, max_output_tokens: int, ttl_seconds: Optional[int] = None
+    ) -> Callable[[Callable[Concatenate[AsyncGuard, P], Awaitable[R]]], Callable[P, Awaitable[Optional[R]]]]:
+        """Burnrate.guarded for coroutine functions: each call awaits the function under its own
+        guard, which it receives first. Refused, the function is not called and the call
+        returns None."""
+        body = _hold_body(self.agent_id, model, input_tokens, max_output_tokens, ttl_seconds)
+
+        def decorate(fn: Callable[Concatenate[AsyncGuard, P], Awaitable[R]]) -> Callable[P, Awaitable[Optional[R]]]:
+            if not inspect.iscoroutinefunction(fn):
+                # Its call would run (and make the LLM call) before the guard could hold it back.
+                raise TypeError("AsyncBurnrate.guarded decorates a coroutine function (async def), got %r" % (fn,))
+
+            @functools.wraps(fn)
+            async def call(*args: P.args, **kwargs: P.kwargs) -> Optional[R]:
+                async with AsyncGuard(Guard(self._client, body)) as guard:
+                    if not guard.allowed:
+                        return None
+                    return await fn(guard, *args, **kwargs)
+
+            return call
+
+        return decorate
+
     async def refresh(self) -> bool:
         return await asyncio.to_thread(self._client.refresh)
 
@@ -151,3 +192,90 @@ class AsyncBurnrate:
                     return False
                 delay = min(poll_interval, remaining)
             await asyncio.sleep(delay)
+
+
+class AsyncGuard:
+    """``Guard`` for ``AsyncBurnrate``: the same attributes, entered with ``async with`` and
+    with awaitable report methods (the guard's requests run in ``asyncio.to_thread``)."""
+
+    def __init__(self, guard: Guard) -> None:
+        self._guard = guard
+
+    @property
+    def sync(self) -> Guard:
+        """The underlying guard (its report methods block: for code that is not async)."""
+        return self._guard
+
+    @property
+    def model(self) -> str:
+        return self._guard.model
+
+    @property
+    def allowed(self) -> bool:
+        return self._guard.allowed
+
+    @property
+    def reason(self) -> Optional[str]:
+        return self._guard.reason
+
+    @property
+    def hold_id(self) -> Optional[str]:
+        return self._guard.hold_id
+
+    @property
+    def held_usd(self) -> float:
+        return self._guard.held_usd
+
+    @property
+    def worst_case_usd(self) -> Optional[float]:
+        return self._guard.worst_case_usd
+
+    @property
+    def remaining_usd(self) -> Optional[float]:
+        return self._guard.remaining_usd
+
+    @property
+    def paused_reason(self) -> Optional[str]:
+        return self._guard.paused_reason
+
+    @property
+    def expires_at(self) -> Optional[datetime]:
+        return self._guard.expires_at
+
+    @property
+    def reported(self) -> bool:
+        return self._guard.reported
+
+    def __repr__(self) -> str:
+        return "Async" + repr(self._guard)
+
+    async def __aenter__(self) -> AsyncGuard:
+        if self._guard._client.paused:  # refused without a request: no thread hop
+            self._guard.__enter__()
+        else:
+            await asyncio.to_thread(self._guard.__enter__)
+        return self
+
+    async def __aexit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        await asyncio.to_thread(self._guard.__exit__, exc_type, exc, tb)
+
+    async def llm_call(
+        self, input_tokens: int, output_tokens: int, cache_read_tokens: int = 0, cache_write_tokens: int = 0, **extra: Any
+    ) -> bool:
+        return await asyncio.to_thread(
+            self._guard.llm_call, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, **extra
+        )
+
+    async def from_openai_chat(self, model: str, usage: Any, **extra: Any) -> bool:
+        return await asyncio.to_thread(self._guard.from_openai_chat, model, usage, **extra)
+
+    async def from_openai_responses(self, model: str, usage: Any, **extra: Any) -> bool:
+        return await asyncio.to_thread(self._guard.from_openai_responses, model, usage, **extra)
+
+    async def from_anthropic(self, model: str, usage: Any, **extra: Any) -> bool:
+        return await asyncio.to_thread(self._guard.from_anthropic, model, usage, **extra)
+
+    async def from_usage(self, provider: str, model: str, usage: Any, api_flavor: Optional[str] = None, **extra: Any) -> bool:
+        return await asyncio.to_thread(self._guard.from_usage, provider, model, usage, api_flavor, **extra)

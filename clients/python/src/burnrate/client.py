@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import math
 import re
@@ -10,11 +12,18 @@ import time
 import urllib.parse
 import uuid
 from datetime import datetime
-from typing import Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Type, TypeVar
 
 from . import usage as _usage
 from ._transport import Transport
 from .errors import BurnrateError
+
+if TYPE_CHECKING:  # typing_extensions for Python 3.9, read by type checkers only (no runtime dependency)
+    from typing_extensions import Concatenate, ParamSpec
+
+    P = ParamSpec("P")
+R = TypeVar("R")
 
 FailMode = Literal["open", "closed"]
 
@@ -31,6 +40,15 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 MAX_THRESHOLD_USD = 1_000_000
 MAX_WEBHOOK_URL = 2048
 MAX_ALERT_LEVELS = 5
+# The server's bounds for POST /holds and the token fields.
+MAX_TOKENS = 1_000_000_000
+MAX_MODEL = 256
+MAX_HOLD_TTL_SECONDS = 3600
+# The server's UUID rule (zod's uuid()): 8-4-4-4-12 hex, version 1-8, RFC variant, or nil/max.
+_UUID = re.compile(
+    "^([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[1-8][0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}"
+    "|00000000-0000-0000-0000-000000000000|ffffffff-ffff-ffff-ffff-ffffffffffff)$"
+)
 
 
 def _number(name: str, value: Any, *, positive: bool = False) -> float:
@@ -39,6 +57,16 @@ def _number(name: str, value: Any, *, positive: bool = False) -> float:
     if value < 0 or (positive and value == 0):
         raise ValueError("%s must be %s, got %r" % (name, "> 0" if positive else ">= 0", value))
     return float(value)
+
+
+def _tokens(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
+        raise ValueError("%s must be an integer from 0 to %d, got %r" % (name, MAX_TOKENS, value))
+    return value
+
+
+def _usd(value: Any) -> Optional[float]:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class Burnrate:
@@ -202,22 +230,22 @@ class Burnrate:
 
     def send(self, event: Mapping[str, Any]) -> bool:
         """Post one event (SPEC.md 2.2 fields without agent_id). True: the agent may go on."""
-        if not isinstance(event, Mapping):
-            raise TypeError("event must be a mapping, got %s" % type(event).__name__)
-        if "agent_id" in event and event["agent_id"] != self._agent_id:
-            raise ValueError("event agent_id %r differs from the client's %r" % (event["agent_id"], self._agent_id))
-        if self.paused:
-            return False  # SPEC.md 3: after paused = true the client sends nothing more.
+        return self._send(event)[0]
 
-        body = dict(event)
-        body["agent_id"] = self._agent_id
+    def _send(self, event: Mapping[str, Any]) -> Tuple[bool, bool]:
+        """send(), and whether burnrate acknowledged the event: a guard whose report was not
+        acknowledged cannot know its hold settled, so it releases it."""
+        body = self._event_body(event)
+        if self.paused:
+            return False, False  # SPEC.md 3: after paused = true the client sends nothing more.
+
         if body.get("event_id") is None:
             # One id per event, kept across its retries: the server counts a repeat once.
             body["event_id"] = str(uuid.uuid4())
 
         config_ok = self._ensure_config()
         if self.paused:
-            return False  # another thread learnt it while this one sent the config
+            return False, False  # another thread learnt it while this one sent the config
         event_id = str(body["event_id"])
         try:
             answer = self._transport.request("event", "POST", "/events", body, event_id=event_id)
@@ -231,13 +259,8 @@ class Burnrate:
                 )
         except BurnrateError as err:
             self._report(err)
-            return self._fail_mode == "open"
-        with self._lock:
-            self._last_response = answer
-            if answer["paused"]:
-                self._paused = True
-                reason = answer.get("paused_reason")
-                self._paused_reason = reason if isinstance(reason, str) else None
+            return self._fail_mode == "open", False
+        self._learn(answer, event=True)
         alerts = answer.get("alerts")
         if self._on_alert is not None and isinstance(alerts, list) and alerts:
             try:
@@ -245,9 +268,28 @@ class Burnrate:
             except Exception:  # the agent must not crash because its alert callback did
                 logger.exception("burnrate: the on_alert callback raised")
         if answer["paused"]:
-            return False
+            return False, True
         # Fail-closed means: go on only with the budget known to be in place.
-        return config_ok or self._fail_mode == "open"
+        return config_ok or self._fail_mode == "open", True
+
+    def _event_body(self, event: Mapping[str, Any]) -> Dict[str, Any]:
+        """The event's wire body with the client's agent_id. What the server would refuse for
+        certain is a programming error and raises here, paused or not, instead of being retried
+        or reported as burnrate's failure."""
+        if not isinstance(event, Mapping):
+            raise TypeError("event must be a mapping, got %s" % type(event).__name__)
+        if "agent_id" in event and event["agent_id"] != self._agent_id:
+            raise ValueError("event agent_id %r differs from the client's %r" % (event["agent_id"], self._agent_id))
+        body = dict(event)
+        body["agent_id"] = self._agent_id
+        hold_id = body.pop("hold_id", None)  # None: no hold (a guard that could not get one)
+        if hold_id is not None:
+            if not isinstance(hold_id, str) or not _UUID.match(hold_id):
+                raise ValueError("hold_id must be a UUID that POST /holds answered, got %r" % (hold_id,))
+            if body.get("event_type") != "llm_call":
+                raise ValueError("hold_id is for llm_call events only, got event_type %r" % (body.get("event_type"),))
+            body["hold_id"] = hold_id.lower()  # as the server keeps it
+        return body
 
     def llm_call(
         self,
@@ -287,6 +329,42 @@ class Burnrate:
     def from_anthropic(self, model: str, usage: Any, **extra: Any) -> bool:
         """Send the llm_call of an Anthropic ``message.usage``."""
         return self.send(_usage.from_anthropic(model, usage, **extra))
+
+    # -- budget holds --------------------------------------------------------------------
+
+    def guard(
+        self, *, model: str, input_tokens: int, max_output_tokens: int, ttl_seconds: Optional[int] = None
+    ) -> Guard:
+        """A context manager that holds one llm_call's worst case against the budget (POST
+        /holds) before the call is made; see ``Guard``. The body must check ``guard.allowed``:
+        a ``with`` cannot skip its body."""
+        return Guard(self, _hold_body(self._agent_id, model, input_tokens, max_output_tokens, ttl_seconds))
+
+    def guarded(
+        self, *, model: str, input_tokens: int, max_output_tokens: int, ttl_seconds: Optional[int] = None
+    ) -> Callable[[Callable[Concatenate[Guard, P], R]], Callable[P, Optional[R]]]:
+        """A decorator: each call of the function runs under its own ``guard(...)``, which it
+        receives as its first argument. When the hold is refused the function is not called
+        and the call returns None (use ``guard`` to tell a refusal from a None it returns)."""
+        body = _hold_body(self._agent_id, model, input_tokens, max_output_tokens, ttl_seconds)
+
+        def decorate(fn: Callable[Concatenate[Guard, P], R]) -> Callable[P, Optional[R]]:
+            if not callable(fn):
+                raise TypeError("guarded decorates a function, got %r" % (fn,))
+            if inspect.iscoroutinefunction(fn):
+                # The hold would be released when the coroutine is created, before it runs.
+                raise TypeError("%s is a coroutine function: use AsyncBurnrate.guarded" % getattr(fn, "__name__", fn))
+
+            @functools.wraps(fn)
+            def call(*args: P.args, **kwargs: P.kwargs) -> Optional[R]:
+                with Guard(self, body) as guard:
+                    if not guard.allowed:
+                        return None
+                    return fn(guard, *args, **kwargs)
+
+            return call
+
+        return decorate
 
     # -- asking the server ---------------------------------------------------------------
 
@@ -353,6 +431,17 @@ class Burnrate:
                 self._config_pending = False
             return True
 
+    def _learn(self, answer: Dict[str, Any], *, event: bool) -> None:
+        """Keep what an answer to POST /events (``event``) or POST /holds says, in one step: a
+        paused answer of either stops the client as SPEC.md 3 says."""
+        with self._lock:
+            if event:
+                self._last_response = answer
+            if answer.get("paused") is True:
+                self._paused = True
+                reason = answer.get("paused_reason")
+                self._paused_reason = reason if isinstance(reason, str) else None
+
     def _report(self, err: BurnrateError) -> None:
         if self._on_error is None:
             logger.warning("burnrate: %s", err)
@@ -361,3 +450,211 @@ class Burnrate:
             self._on_error(err)
         except Exception:  # the agent must not crash because its error callback did
             logger.exception("burnrate: the on_error callback raised")
+
+
+def _hold_body(agent_id: str, model: str, input_tokens: int, max_output_tokens: int, ttl_seconds: Optional[int]) -> Dict[str, Any]:
+    """The body of POST /holds, checked as the server would: a bad value is a programming error."""
+    if not isinstance(model, str) or not 1 <= len(model) <= MAX_MODEL:
+        raise ValueError("model must be 1 to %d characters, got %r" % (MAX_MODEL, model))
+    body: Dict[str, Any] = {
+        "agent_id": agent_id,
+        "model": model,
+        "input_tokens": _tokens("input_tokens", input_tokens),
+        "max_output_tokens": _tokens("max_output_tokens", max_output_tokens),
+    }
+    if ttl_seconds is not None:
+        if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) or not 1 <= ttl_seconds <= MAX_HOLD_TTL_SECONDS:
+            raise ValueError("ttl_seconds must be an integer from 1 to %d, or None, got %r" % (MAX_HOLD_TTL_SECONDS, ttl_seconds))
+        body["ttl_seconds"] = ttl_seconds
+    return body
+
+
+class Guard:
+    """One LLM call under a budget hold; ``with client.guard(...) as guard`` or ``@client.guarded``.
+
+    Parallel calls of one agent can each pass a budget check and together overshoot it. On
+    enter the guard asks burnrate (POST /holds) to hold the call's worst case (every input
+    token and ``max_output_tokens`` of output at the model's prices) against the agent's
+    budget and its fleet's. **A ``with`` cannot skip its body: the body must check**
+    ``guard.allowed`` **and make the call only when it is True.**
+
+    - ``allowed``: the call may be made. ``reason`` says why not: ``"paused"`` (the agent or
+      its fleet; the client is then paused as after a paused event answer, and a client that
+      already knows it is paused refuses without asking), ``"budget"`` or ``"fleet_budget"``
+      (the worst case does not fit; nothing is held), or ``"unreachable"`` (burnrate could
+      not be asked, with ``fail_mode="closed"``). None when allowed.
+    - Burnrate unreachable with ``fail_mode="open"``: allowed without a hold (``hold_id``
+      None); the error goes to ``on_error`` and the reports are sent without a hold_id.
+    - Report the call with the guard's ``llm_call``, ``from_openai_chat``,
+      ``from_openai_responses``, ``from_anthropic`` or ``from_usage``: they send the llm_call
+      with ``hold_id``, and burnrate releases the hold and counts the real cost in one step
+      (once, even when the event is retried). They return what ``send`` returns; on a refused
+      guard they raise RuntimeError (no call may be reported under it).
+    - On exit, a hold no acknowledged report settled (the body raised, returned without
+      reporting, or its report did not reach burnrate) is released with DELETE /holds/{id}.
+      Errors of that go to ``on_error``, never raised; an exception of the body propagates.
+
+    A guard guards one call: enter it once. Its report methods may be called from any thread.
+    """
+
+    model: str
+    allowed: bool
+    reason: Optional[str]
+    hold_id: Optional[str]
+    held_usd: float
+    worst_case_usd: Optional[float]
+    remaining_usd: Optional[float]
+    paused_reason: Optional[str]
+    expires_at: Optional[datetime]
+
+    def __init__(self, client: Burnrate, body: Dict[str, Any]) -> None:
+        self._client = client
+        # A hold of its own, named by the client: the same id on every retry of its request,
+        # so a retry whose first answer was lost is the same hold, held once (as event_id is
+        # for events).
+        self._body = {**body, "hold_id": str(uuid.uuid4())}
+        self.model = body["model"]
+        self.allowed = False
+        self.reason = None
+        self.hold_id = None
+        self.held_usd = 0.0
+        self.worst_case_usd = None
+        self.remaining_usd = None
+        self.paused_reason = None
+        self.expires_at = None
+        # _lock guards whether the guard was entered and whether a report settled its hold.
+        self._lock = threading.Lock()
+        self._entered = False
+        self._settled = False
+
+    @property
+    def reported(self) -> bool:
+        """True once burnrate acknowledged a report of this guard (its hold, if any, is settled)."""
+        with self._lock:
+            return self._settled
+
+    def __repr__(self) -> str:
+        return "Guard(model=%r, allowed=%r, reason=%r, hold_id=%r)" % (self.model, self.allowed, self.reason, self.hold_id)
+
+    def __enter__(self) -> Guard:
+        with self._lock:
+            if self._entered:
+                raise RuntimeError("a guard guards one call: enter it once")
+            self._entered = True
+        self._acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self._release()  # returns None: an exception of the body propagates
+
+    # -- reports ---------------------------------------------------------------------------
+
+    def llm_call(
+        self, input_tokens: int, output_tokens: int, cache_read_tokens: int = 0, cache_write_tokens: int = 0, **extra: Any
+    ) -> bool:
+        """Send the call's llm_call with the guard's model and hold_id."""
+        extra = self._with_hold(extra)
+        return self._send(
+            _usage.llm_call_event(self.model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, **extra)
+        )
+
+    def from_openai_chat(self, model: str, usage: Any, **extra: Any) -> bool:
+        """Send the llm_call of an OpenAI Chat Completions ``response.usage`` with the hold_id."""
+        return self._send(_usage.from_openai_chat(model, usage, **self._with_hold(extra)))
+
+    def from_openai_responses(self, model: str, usage: Any, **extra: Any) -> bool:
+        """Send the llm_call of an OpenAI Responses API ``response.usage`` with the hold_id."""
+        return self._send(_usage.from_openai_responses(model, usage, **self._with_hold(extra)))
+
+    def from_anthropic(self, model: str, usage: Any, **extra: Any) -> bool:
+        """Send the llm_call of an Anthropic ``message.usage`` with the hold_id."""
+        return self._send(_usage.from_anthropic(model, usage, **self._with_hold(extra)))
+
+    def from_usage(self, provider: str, model: str, usage: Any, api_flavor: Optional[str] = None, **extra: Any) -> bool:
+        """Send the llm_call of any provider's usage object with the hold_id."""
+        return self._send(_usage.from_usage(provider, model, usage, api_flavor, **self._with_hold(extra)))
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _with_hold(self, extra: Dict[str, Any]) -> Dict[str, Any]:
+        with self._lock:
+            entered = self._entered
+        if not entered:
+            raise RuntimeError("enter the guard (with client.guard(...) as guard) before reporting its call")
+        if not self.allowed:
+            raise RuntimeError("this guard was refused (%s): no call may be reported under it" % self.reason)
+        if "hold_id" in extra:
+            raise TypeError("hold_id is the guard's own; report other holds with the client")
+        return extra if self.hold_id is None else dict(extra, hold_id=self.hold_id)
+
+    def _send(self, event: Mapping[str, Any]) -> bool:
+        go_on, acknowledged = self._client._send(event)
+        if acknowledged:
+            with self._lock:
+                self._settled = True
+        return go_on
+
+    def _refuse(self, reason: str, paused_reason: Optional[str] = None) -> None:
+        self.allowed, self.reason, self.paused_reason = False, reason, paused_reason
+
+    def _acquire(self) -> None:
+        """POST /holds for the client's agent; the outcome in the guard's attributes."""
+        client = self._client
+        if client.paused:
+            self._refuse("paused", client.paused_reason)  # SPEC.md 3: nothing more is sent
+            return
+        # The hold is judged against the budget this client sets: that goes first.
+        config_ok = client._ensure_config()
+        if client.paused:
+            self._refuse("paused", client.paused_reason)  # another thread learnt it meanwhile
+            return
+        if not config_ok and client.fail_mode == "closed":
+            # Fail-closed goes on only with the budget known to be in place, as send() does.
+            self._refuse("unreachable")
+            return
+        try:
+            answer = client._transport.request("hold", "POST", "/holds", self._body)
+            allowed = answer.get("allowed")
+            # Granted: a hold_id the llm_call can carry. Refused: why.
+            if not (
+                (allowed is True and isinstance(answer.get("hold_id"), str) and _UUID.match(answer["hold_id"]))
+                or (allowed is False and isinstance(answer.get("reason"), str))
+            ):
+                raise BurnrateError(
+                    "POST /holds: the answer is neither a granted hold with its hold_id nor a refusal with its reason",
+                    operation="hold",
+                    code="invalid_response",
+                    status=200,
+                )
+        except BurnrateError as err:
+            client._report(err)
+            if client.fail_mode == "open":
+                self.allowed = True  # unguarded: the call goes on, and its report has no hold_id
+            else:
+                self._refuse("unreachable")
+            return
+        client._learn(answer, event=False)
+        self.allowed = allowed
+        self.reason = None if allowed else answer["reason"]
+        self.hold_id = answer["hold_id"].lower() if allowed else None
+        self.held_usd = _usd(answer.get("held_usd")) or 0.0
+        self.worst_case_usd = _usd(answer.get("worst_case_usd"))
+        self.remaining_usd = _usd(answer.get("remaining_usd"))
+        reason = answer.get("paused_reason")
+        self.paused_reason = reason if isinstance(reason, str) else None
+        at = answer.get("expires_at")
+        self.expires_at = datetime.fromisoformat(at.replace("Z", "+00:00")) if isinstance(at, str) else None
+
+    def _release(self) -> None:
+        """DELETE /holds/{id} unless a report settled the hold; never raises a BurnrateError."""
+        with self._lock:
+            if self._settled or self.hold_id is None:
+                return
+        try:
+            self._client._transport.request("release", "DELETE", "/holds/" + self.hold_id)
+        except BurnrateError as err:
+            # Not open any more (expired, or settled by a report whose answer was lost): nothing to do.
+            if err.status != 404 or err.code != "hold_not_found":
+                self._client._report(err)

@@ -7,10 +7,11 @@ class BurnrateError(Exception):
     """A request to burnrate that did not succeed after its retries.
 
     Handed to ``on_error`` (or logged as a warning on the ``burnrate`` logger); never
-    raised out of ``send``, ``refresh`` or ``wait_until_resumed``.
+    raised out of ``send``, ``refresh``, ``wait_until_resumed`` or a guard.
 
-    - ``operation``: ``"config"`` (POST /config), ``"event"`` (POST /events) or
-      ``"refresh"`` (GET /agents/{agent_id}).
+    - ``operation``: ``"config"`` (POST /config), ``"event"`` (POST /events),
+      ``"refresh"`` (GET /agents/{agent_id}), ``"hold"`` (POST /holds, a guard's enter) or
+      ``"release"`` (DELETE /holds/{hold_id}, a guard's exit).
     - ``code``: the server's problem code (``rate_limited``, ``invalid_body``,
       ``unauthorized``, ``store_unavailable`` …), ``http_<status>`` for an answer without
       one, or a local code: ``network_error`` and ``timeout`` (no answer arrived),
