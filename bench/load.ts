@@ -18,6 +18,8 @@
  * takes in a fleet it does not know yet). With --rate, a fixed offered rate of that many
  * requests per second over at most `connections` connections (bench/fixed-rate.ts:
  * autocannon's overallRate sends in bursts). Prints one JSON summary (LoadSummary) on stdout.
+ * With --holds, POST <url>/holds instead (issue 13): a budget hold for the same call
+ * (holdBody), for the same agents in the same order.
  */
 import { randomUUID } from 'node:crypto'
 import { parseArgs } from 'node:util'
@@ -37,6 +39,12 @@ export function benchBody(agentId: string, usageObject = false): string {
       { provider: 'openai', api_flavor: 'chat', usage: { prompt_tokens: 1000, completion_tokens: 500, total_tokens: 1500, prompt_tokens_details: { cached_tokens: 0 } } }
     : { input_tokens: 1000, output_tokens: 500 }
   return JSON.stringify({ agent_id: agentId, event_type: 'llm_call', event_id: randomUUID(), model: 'gpt-4o', ...counts })
+}
+
+/** POST /holds for the call benchBody reports: its worst case, 1000 in and at most 500 out, is 0.0075 USD. */
+export const HOLD_TTL_SECONDS = 3600
+export function holdBody(agentId: string): string {
+  return JSON.stringify({ agent_id: agentId, model: 'gpt-4o', input_tokens: 1000, max_output_tokens: 500, ttl_seconds: HOLD_TTL_SECONDS })
 }
 
 export interface Counts {
@@ -169,6 +177,7 @@ async function main(): Promise<void> {
       rate: { type: 'string' },
       'once-per-agent': { type: 'boolean' },
       'usage-objects': { type: 'boolean' },
+      holds: { type: 'boolean' },
     },
     strict: true,
   })
@@ -186,12 +195,13 @@ async function main(): Promise<void> {
   const apiKey = process.env.BENCH_API_KEY
   if (!apiKey) throw new Error('BENCH_API_KEY is required (the x-api-key header)')
 
-  const url = new URL('/events', base)
+  const holds = values.holds === true
+  const url = new URL(holds ? '/holds' : '/events', base)
   const headers = { 'content-type': 'application/json', 'x-api-key': apiKey }
   // One counter for all connections: request n is for agent n mod `agents`.
   const bodies = (agentPrefix: string) => {
     let n = 0
-    return () => benchBody(`${agentPrefix}${n++ % agents}`, values['usage-objects'] === true)
+    return holds ? () => holdBody(`${agentPrefix}${n++ % agents}`) : () => benchBody(`${agentPrefix}${n++ % agents}`, values['usage-objects'] === true)
   }
   const timed = (agentPrefix: string, seconds: number) =>
     rate === null

@@ -212,6 +212,8 @@ export interface Phase {
   usageObjects?: boolean
   /** Agents the load is spread over, when not the run's (`--agents`). */
   agents?: number
+  /** POST /holds for each call instead of POST /events (issue 13). */
+  holds?: boolean
 }
 
 export async function load(url: string, apiKey: string, opts: LoadOptions, phase: Phase): Promise<LoadSummary> {
@@ -222,6 +224,7 @@ export async function load(url: string, apiKey: string, opts: LoadOptions, phase
     ...(phase.load === 'once-per-agent' ? ['--once-per-agent'] : []),
     ...(typeof phase.load === 'object' ? ['--rate', String(phase.load.rate)] : []),
     ...(phase.usageObjects ? ['--usage-objects'] : []),
+    ...(phase.holds ? ['--holds'] : []),
   ]
   // A pass over the agents is as long as the server takes: bounded by every request timing out.
   const measuredS = phase.load === 'once-per-agent' ? Math.ceil(opts.agents / opts.connections) * REQUEST_TIMEOUT_S : opts.duration
@@ -305,12 +308,17 @@ export async function postJson(url: string, apiKey: string, path: string, body: 
   if (!res.ok) throw new Error(`POST ${path} answered ${res.status}: ${await res.text()}`)
 }
 
+/** GET a path with the key and its JSON answer; throws unless it is answered 2xx. */
+export async function getJson<T>(url: string, apiKey: string, path: string): Promise<T> {
+  const res = await fetch(new URL(path, url), { headers: { 'x-api-key': apiKey }, signal: AbortSignal.timeout(10_000) })
+  if (!res.ok) throw new Error(`GET ${path} answered ${res.status}: ${await res.text()}`)
+  return (await res.json()) as T
+}
+
 /** Sum of llm_calls over GET /agents, read until two reads 500 ms apart agree (bounded). */
 export async function storedLlmCalls(url: string, apiKey: string): Promise<number> {
   const read = async () => {
-    const res = await fetch(new URL('/agents', url), { headers: { 'x-api-key': apiKey }, signal: AbortSignal.timeout(10_000) })
-    if (!res.ok) throw new Error(`GET /agents answered ${res.status}: ${await res.text()}`)
-    const body = (await res.json()) as { agents: { llm_calls: number }[] }
+    const body = await getJson<{ agents: { llm_calls: number }[] }>(url, apiKey, '/agents')
     return body.agents.reduce((sum, a) => sum + a.llm_calls, 0)
   }
   let previous = await read()

@@ -34,7 +34,7 @@ import { history, historyFigures, historyTable } from './history.ts'
 import { markdown, writeResults, type Figure } from './results.ts'
 import { redisMode, type RedisModeResult } from './redis-mode.ts'
 import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
-import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
+import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, getJson, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, type LoadSummary } from './load.ts'
 
 
@@ -197,6 +197,12 @@ async function main(): Promise<number> {
     await configureAgents(burnrate.url, policyKey, alertPrefix, opts.agents, { cost_threshold_usd: 100_000, ...policy })
     const bAlertsCold = await load(burnrate.url, policyKey, opts, { agentPrefix: alertPrefix, warmup: 0, load: 'once-per-agent' })
     const bAlerts = await withCpu(pid, load(burnrate.url, policyKey, opts, { agentPrefix: alertPrefix, warmup: 0, load: 'saturation' }))
+    // A budget hold before each call instead of its event (issue 13), for the same agents,
+    // with a TTL that outlasts the run: every hold granted stays open, and the fleet then
+    // holds exactly the worst case of each (checked below).
+    const heldBefore = (await getJson<{ held_usd: number }>(burnrate.url, apiKey, '/fleet')).held_usd
+    const bHolds = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', holds: true }))
+    const heldAfter = (await getJson<{ held_usd: number }>(burnrate.url, apiKey, '/fleet')).held_usd
     const bFlatAgain = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
     // Every request for one agent: its state is the one everybody touches.
     const bHot = await load(burnrate.url, apiKey, opts, { agentPrefix: `hot-${agentPrefix}`, warmup: 0, load: 'saturation', agents: 1 })
@@ -233,6 +239,7 @@ async function main(): Promise<number> {
         row('burnrate  saturation, warm', bWarm),
         row('burnrate  saturation, usage objects', bUsage),
         row('burnrate  saturation, every budget rule', bAlerts),
+        row('burnrate  saturation, POST /holds', bHolds),
         row('burnrate  saturation, token fields again', bFlatAgain),
         row('burnrate  saturation, one hot agent', bHot),
         row('burnrate  50 % of saturation', bHalf),
@@ -273,6 +280,10 @@ async function main(): Promise<number> {
             : ''),
       )
     }
+    console.log(
+      `POST /holds: ${ratio(bHolds.requestsPerSec, flatMean)} of POST /events' throughput in this run (issue 13's target ≥ 0.80)` +
+        (cpuFlat !== null && bHolds.cpuUsPerRequest != null ? `; burnrate's CPU per request ${fmt(bHolds.cpuUsPerRequest, 0)} µs against ${fmt(cpuFlat, 0)} µs` : ''),
+    )
     const codes = Object.entries(flooded.statusCodes).map(([code, n]) => `${fmt(n)} × ${code}`).join(', ')
     console.log(
       `unknown-key flood: ${fmt(flooded.requestsPerSec)} req/s from one address (${codes || 'no answers'}, ${fmt(flooded.errors)} errors);` +
@@ -292,12 +303,17 @@ async function main(): Promise<number> {
     const unanswered = loads.reduce((sum, b) => sum + cutOff(b) + (b.warmup ? cutOff(b.warmup) : 0), 0)
     const excess = stored - acked
     const storedOk = excess >= 0 && excess <= unanswered
-    const failed = [cSat, cHalf, ...loads].reduce((sum, s) => sum + failures(s), 0)
+    const failed = [cSat, cHalf, ...loads, bHolds].reduce((sum, s) => sum + failures(s), 0)
+    // Every hold answered was granted and is open (none expires within the run): the fleet
+    // holds the worst case, 0.0075 USD, of each, and at most the cut-off ones more.
+    const heldHolds = Math.round((heldAfter - heldBefore) / 0.0075)
+    const heldOk = heldHolds >= bHolds.ok && heldHolds <= bHolds.ok + cutOff(bHolds)
     console.log(
       `check: ${storedOk ? 'ok ' : 'FAIL'} stored llm_calls ${fmt(stored)} = ${fmt(acked)} acknowledged (2xx, warmups included)` +
         ` + ${fmt(excess)} (allowed 0…${fmt(unanswered)}: requests cut off unanswered at the end of a run)`,
     )
     console.log(`check: ${failed === 0 ? 'ok ' : 'FAIL'} ${fmt(failed)} non-2xx responses or errors (all phases, warmups included)`)
+    console.log(`check: ${heldOk ? 'ok ' : 'FAIL'} the fleet holds ${fmt(heldHolds)} worst cases = ${fmt(bHolds.ok)} holds answered (+ at most ${fmt(cutOff(bHolds))} cut off)`)
 
     // 5. The Redis hot state (bench/redis-mode.ts), on a redis-server of the run's own with
     //    AOF, unless the phases above ran on BENCH_REDIS_URL already.
@@ -312,8 +328,10 @@ async function main(): Promise<number> {
           ['saturation, cold (1 event/agent)', fmt(r.cold.requestsPerSec), ratio(r.cold.requestsPerSec, cSat.requestsPerSec), fmt(r.cold.latencyMs.p50, 1), fmt(r.cold.latencyMs.p99, 1), fmt(r.cold.latencyMs.max, 1)],
           ['saturation, warm', fmt(r.warm.requestsPerSec), ratio(r.warm.requestsPerSec, cSat.requestsPerSec), fmt(r.warm.latencyMs.p50, 1), fmt(r.warm.latencyMs.p99, 1), fmt(r.warm.latencyMs.max, 1)],
           [`50 % of saturation (${fmt(r.half.rate ?? 0)} offered)`, fmt(r.half.requestsPerSec), '-', fmt(r.half.latencyMs.p50, 1), fmt(r.half.latencyMs.p99, 1), fmt(r.half.latencyMs.max, 1)],
+          ['POST /holds, saturation', fmt(r.holds.requestsPerSec), ratio(r.holds.requestsPerSec, cSat.requestsPerSec), fmt(r.holds.latencyMs.p50, 1), fmt(r.holds.latencyMs.p99, 1), fmt(r.holds.latencyMs.max, 1)],
         ]),
       )
+      console.log(`REDIS_URL POST /holds: ${ratio(r.holds.requestsPerSec, r.warm.requestsPerSec)} of POST /events' warm throughput (issue 13's target ≥ 0.80)`)
       console.log(
         `Redis: ${fmt(r.memory.bytesPerAgent)} bytes per agent (${fmt(r.memory.agents)} agents), ${fmt(r.memory.bytesPerId, 1)} bytes per remembered event id (${fmt(r.memory.ids)} ids)`,
       )
@@ -349,6 +367,7 @@ async function main(): Promise<number> {
       { figure: 'ingest max at 50 %', value: bHalf.latencyMs.max, unit: 'ms', ratio: bHalf.latencyMs.max / cHalf.latencyMs.max },
       { figure: 'usage objects / token fields, throughput', value: bUsage.requestsPerSec / flatMean, unit: 'ratio' },
       { figure: 'every budget rule / token fields, throughput', value: bAlerts.requestsPerSec / flatMean, unit: 'ratio' },
+      { figure: 'POST /holds / POST /events, throughput', value: bHolds.requestsPerSec / flatMean, unit: 'ratio' },
       { figure: 'ClickHouse INSERTs of events, warm saturation', value: writes.insertsPerSec, unit: '/s' },
       { figure: 'fleet p99 with an unknown-key flood beside / without', value: bFlood.latencyMs.p99 / bHalf.latencyMs.p99, unit: 'ratio' },
       ...historyFigures(hist),
@@ -363,6 +382,7 @@ async function main(): Promise<number> {
         { figure: 'REDIS_URL ingest p99 at 50 %', value: r.half.latencyMs.p99, unit: 'ms', ratio: r.half.latencyMs.p99 / cHalf.latencyMs.p99 },
         { figure: 'Redis memory per agent', value: r.memory.bytesPerAgent, unit: 'B' },
         { figure: 'Redis memory per remembered event id', value: r.memory.bytesPerId, unit: 'B' },
+        { figure: 'REDIS_URL POST /holds / POST /events, throughput', value: r.holds.requestsPerSec / r.warm.requestsPerSec, unit: 'ratio' },
       )
     } else if (process.env.BENCH_REDIS_URL) {
       const mem = await redisMemory(process.env.BENCH_REDIS_URL)
@@ -380,7 +400,7 @@ async function main(): Promise<number> {
         console.log(summarizeProfile(JSON.parse(readFileSync(join(opts.cpuProfDir, latest), 'utf8')), 25))
       }
     }
-    return storedOk && failed === 0 && wp.check.ok && (redisRun?.check.ok ?? true) ? 0 : 1
+    return storedOk && failed === 0 && heldOk && wp.check.ok && (redisRun?.check.ok ?? true) ? 0 : 1
   } finally {
     await Promise.all([...children].map((child) => stop(child, `pid ${child.pid}`)))
     await rm(dir, { recursive: true, force: true })
