@@ -1,5 +1,6 @@
 import { createServer, type Server } from 'node:http'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
+import { isFleet, type AgentRef, type BudgetAlert, type Transition } from './hot-state/types.ts'
 import type { JournalBacklog } from './journal/types.ts'
 
 /**
@@ -18,7 +19,16 @@ export interface Metrics {
   holds: Counter<'result'>
   /** A batch of the journal is in ClickHouse. */
   shipped(s: { rows: number; durationMs: number; waitedMs: number[] }): void
+  /** Changes of pause state the service made (ingestion, POST /config/pause, a rebuild): the pauses are counted. */
+  transitions(ts: readonly Transition[]): void
+  /** Alert levels crossed. */
+  alerts(as: readonly BudgetAlert[]): void
 }
+
+const SCOPES = ['agent', 'fleet'] as const
+const PAUSE_REASONS = ['budget', 'velocity', 'manual'] as const
+
+const scopeOf = (ref: AgentRef) => (isFleet(ref) ? 'fleet' : 'agent')
 
 export function createMetrics(sources: {
   /** This instance's journal; the segment log counts its group writes too. */
@@ -27,6 +37,10 @@ export function createMetrics(sources: {
 }): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
+  // prom-client's default set has three gauges named like counters, which Prometheus's own
+  // checker refuses (promtool check metrics); the same figures by type remain, in
+  // nodejs_active_handles, nodejs_active_requests and nodejs_active_resources.
+  for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) registry.removeSingleMetric(name)
   const gauge = (name: string, help: string, read: () => number) =>
     new Gauge({ name, help, registers: [registry], collect: function (this: Gauge) { this.set(read()) } })
   gauge('burnrate_hot_state_agents', 'Agents held in the hot state', sources.agents)
@@ -38,7 +52,38 @@ export function createMetrics(sources: {
     return oldestAt === null ? 0 : Math.max(0, (Date.now() - oldestAt) / 1000)
   })
   const { stats } = journal
-  if (stats) gauge('burnrate_journal_writes_total', 'Group writes of the embedded journal (rows appended together share one)', () => stats.writes)
+  if (stats) {
+    // A counter the journal keeps itself: each scrape adds what it counted since the last.
+    let seen = 0
+    new Counter({
+      name: 'burnrate_journal_writes_total',
+      help: 'Group writes of the embedded journal (rows appended together share one)',
+      registers: [registry],
+      collect: function (this: Counter) {
+        this.inc(stats.writes - seen)
+        seen = stats.writes
+      },
+    })
+  }
+  const pauses = new Counter({
+    name: 'burnrate_pauses_total',
+    help: 'Pauses by scope (agent, fleet) and reason (budget, velocity: by the rules; manual: POST /config/pause)',
+    labelNames: ['scope', 'reason'],
+    registers: [registry],
+  })
+  const alerts = new Counter({ name: 'burnrate_budget_alerts_total', help: 'Alert levels of a budget crossed, by scope (agent, fleet)', labelNames: ['scope'], registers: [registry] })
+  const holds = new Counter({
+    name: 'burnrate_holds_total',
+    help: 'Budget holds asked for (POST /holds), by result: granted, or why refused (paused, budget, fleet_budget)',
+    labelNames: ['result'],
+    registers: [registry],
+  })
+  // Every series from 0, so a dashboard sees "none yet" rather than no data.
+  for (const result of ['granted', 'paused', 'budget', 'fleet_budget']) holds.inc({ result }, 0)
+  for (const scope of SCOPES) {
+    alerts.inc({ scope }, 0)
+    for (const reason of PAUSE_REASONS) pauses.inc({ scope, reason }, 0)
+  }
   const shipBatches = new Counter({ name: 'burnrate_ship_batches_total', help: 'Journal batches stored in ClickHouse (one INSERT per table each)', registers: [registry] })
   const shipRows = new Counter({ name: 'burnrate_ship_rows_total', help: 'Journal rows stored in ClickHouse', registers: [registry] })
   const shipSeconds = new Histogram({
@@ -67,18 +112,19 @@ export function createMetrics(sources: {
       help: 'Agents flagged ignoring_pause: llm_calls kept arriving after their pause and its grace period (once per pause)',
       registers: [registry],
     }),
-    holds: new Counter({
-      name: 'burnrate_holds_total',
-      help: 'Budget holds asked for (POST /holds), by result: granted, or why refused (paused, budget, fleet_budget)',
-      labelNames: ['result'],
-      registers: [registry],
-    }),
+    holds,
     deadLetters: new Counter({ name: 'burnrate_ship_dead_letters_total', help: 'Journal rows ClickHouse refused for their content, moved to the dead_letters table', registers: [registry] }),
     shipped(s) {
       shipBatches.inc()
       shipRows.inc(s.rows)
       shipSeconds.observe(s.durationMs / 1000)
       for (const ms of s.waitedMs) shipLag.observe(ms / 1000)
+    },
+    transitions(ts) {
+      for (const t of ts) if (t.paused && (t.reason === 'budget' || t.reason === 'velocity' || t.reason === 'manual')) pauses.inc({ scope: scopeOf(t), reason: t.reason })
+    },
+    alerts(as) {
+      for (const a of as) alerts.inc({ scope: scopeOf(a) })
     },
   }
 }

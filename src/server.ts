@@ -139,17 +139,22 @@ export async function openServices(
       for (const quantity of quantities) metrics.unpricedQuantities.inc({ quantity })
     },
     onIgnoredPause: () => metrics.ignoredPauses.inc(),
+    onChanges: (transitions, alerts) => {
+      metrics.transitions(transitions)
+      metrics.alerts(alerts)
+    },
   })
   if (memory && segmentLog) {
     const transitions = await rebuildHotState(clickhouse, memory, clock.now(), segmentLog.unshipped())
     announceBudgetPauses(transitions, log, notifier)
+    metrics.transitions(transitions)
   }
   shipper.start()
   // With Redis, journals of instances that died are shipped by whichever instance sees it first.
   const keeper = redisJournal ? keepJournal({ journal: redisJournal, clickhouse, maxRows: config.ship.maxRows, log, onDeadLetter }) : null
 
   const holds = new HoldService({ hotState, prices, clock, onHold: (refusal) => metrics.holds.inc({ result: refusal ?? 'granted' }) })
-  const agents = new AgentService({ clickhouse, hotState, clock, allowPrivateWebhooks: config.webhook.allowPrivate })
+  const agents = new AgentService({ clickhouse, hotState, clock, allowPrivateWebhooks: config.webhook.allowPrivate, onTransition: (t) => metrics.transitions([t]) })
   const keys = new ApiKeys(clickhouse, {
     clock,
     cacheTtlMs: config.keyCacheTtlMs,

@@ -1,3 +1,5 @@
+import { spawnSync } from 'node:child_process'
+import { existsSync } from 'node:fs'
 import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { serveMetrics } from '../src/metrics.ts'
@@ -23,6 +25,12 @@ describe('metrics (METRICS_PORT)', () => {
     const key = await h.key(unique('u'))
     await h.post('/config', { agent_id: 'a', cost_threshold_usd: 0.001, slack_webhook_url: receiver.url, alert_at: [] }, key)
     await Promise.all(Array.from({ length: 30 }, () => h.post('/events', llmCall('a'), key)))
+    // A fleet over its budget with an alert level before it, and a pause by hand.
+    await h.post('/config/fleet', { cost_threshold_usd: 0.2, alert_at: [0.5] }, key)
+    await h.post('/events', llmCall('a'), key)
+    await h.post('/config/pause', { agent_id: 'b', is_paused: true }, key)
+    await h.post('/holds', { agent_id: 'c', model: 'gpt-4o', input_tokens: 1, max_output_tokens: 1 }, key)
+    await h.post('/holds', { agent_id: 'b', model: 'gpt-4o', input_tokens: 1, max_output_tokens: 1 }, key)
     await h.flush()
     await h.services.webhooks.drain()
 
@@ -43,10 +51,38 @@ describe('metrics (METRICS_PORT)', () => {
       expect(sample(text, 'burnrate_journal_writes_total')).toBeGreaterThan(0)
       expect(sample(text, 'burnrate_hot_state_agents')).toBeGreaterThanOrEqual(1)
       expect(text).toContain('burnrate_webhook_deliveries_total{outcome="sent"} 1')
+      // The budget paused agent a once (30 events over 0.001 USD), the fleet crossed its 50 %
+      // level (0.2325 USD > 0.1) and then its budget, and b was paused by hand.
+      expect(text).toContain('burnrate_pauses_total{scope="agent",reason="budget"} 1')
+      expect(text).toContain('burnrate_pauses_total{scope="fleet",reason="budget"} 1')
+      expect(text).toContain('burnrate_pauses_total{scope="agent",reason="manual"} 1')
+      expect(text).toContain('burnrate_pauses_total{scope="agent",reason="velocity"} 0')
+      expect(text).toContain('burnrate_budget_alerts_total{scope="fleet"} 1')
+      // Both holds were refused: the fleet is paused.
+      expect(text).toContain('burnrate_holds_total{result="paused"} 2')
+      expect(text).toContain('burnrate_holds_total{result="granted"} 0')
       expect((await fetch(`http://127.0.0.1:${port}/other`)).status).toBe(404)
     } finally {
       server.close()
       await receiver.close()
+    }
+  })
+
+  it('is accepted by Prometheus\'s own parser (promtool check metrics): counters end in _total, nothing else does', async () => {
+    const promtool = '/usr/bin/promtool'
+    if (!existsSync(promtool)) {
+      // .ci/run installs Debian's prometheus package: CI never skips this.
+      if (process.env.CI) throw new Error(`${promtool} is missing: .ci/run installs it`)
+      console.warn(`skipped: ${promtool} is missing (apt-get install prometheus)`)
+      return
+    }
+    const text = await h.services.metrics.registry.metrics()
+    const check = spawnSync(promtool, ['check', 'metrics'], { input: text, encoding: 'utf8' })
+    expect(check.stdout + check.stderr).toBe('')
+    expect(check.status).toBe(0)
+    for (const [, name, type] of text.matchAll(/^# TYPE (\S+) (\S+)$/gm)) {
+      if (type === 'counter') expect(name, `${name} is a counter`).toMatch(/_total$/)
+      else expect(name, `${name} is a ${type}`).not.toMatch(/_total$/)
     }
   })
 })

@@ -2,7 +2,7 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
 import { alertsReached, holdingPause, ignoring, pausedReasonOf } from '../hot-state/policy.ts'
-import { DEFAULT_POLICY, RUNNING, fleetOf, isFleet, type AgentPolicy, type AgentRef, type HotState, type Ignored, type PauseState } from '../hot-state/types.ts'
+import { DEFAULT_POLICY, RUNNING, fleetOf, isFleet, type AgentPolicy, type AgentRef, type HotState, type Ignored, type PauseState, type Transition } from '../hot-state/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody, PolicyBody } from '../schemas/config.ts'
@@ -19,6 +19,8 @@ export interface AgentServiceDeps {
   hotState: HotState
   clock: Clock
   allowPrivateWebhooks: boolean
+  /** Told each change of pause state a request made (a metric). */
+  onTransition?: (t: Transition) => void
 }
 
 /** Configuration, manual pause and the read API, all scoped to one user. */
@@ -68,13 +70,17 @@ export class AgentService {
 
   /** POST /config/pause: returns the pause flag now in force (a manual pause or resume always holds). */
   async setPaused(userId: string, agentId: string, paused: boolean, actor: string): Promise<boolean> {
-    await this.#d.hotState.setPaused({ userId, agentId }, paused, this.#d.clock.now(), actor)
-    return paused
+    return this.#setPaused({ userId, agentId }, paused, actor)
   }
 
   /** POST /config/fleet/pause (issue 12): every agent of the user paused or resumed by hand, as one. */
   async setFleetPaused(userId: string, paused: boolean, actor: string): Promise<boolean> {
-    await this.#d.hotState.setPaused(fleetOf(userId), paused, this.#d.clock.now(), actor)
+    return this.#setPaused(fleetOf(userId), paused, actor)
+  }
+
+  async #setPaused(ref: AgentRef, paused: boolean, actor: string): Promise<boolean> {
+    const transition = await this.#d.hotState.setPaused(ref, paused, this.#d.clock.now(), actor)
+    if (transition) this.#d.onTransition?.(transition)
     return paused
   }
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Clock } from '../clock.ts'
-import { isFleet, type BudgetAlert, type HotState, type PausedReason } from '../hot-state/types.ts'
+import { isFleet, type BudgetAlert, type HotState, type PausedReason, type Transition } from '../hot-state/types.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
 import { monotonicMicros } from '../storage/version.ts'
@@ -38,6 +38,8 @@ export interface IngestDeps {
   onUnpriced?: (quantities: readonly string[]) => void
   /** Told each agent flagged for calling the model after its pause (a metric). */
   onIgnoredPause?: () => void
+  /** Told what a counted event changed: pause transitions and alert levels crossed (metrics). */
+  onChanges?: (transitions: readonly Transition[], alerts: readonly BudgetAlert[]) => void
 }
 
 /**
@@ -68,6 +70,7 @@ export class IngestService {
       if (row.unpriced_quantities?.length) this.#d.onUnpriced?.(row.unpriced_quantities)
       announceBudgetPauses(step.transitions, this.#d.log, this.#d.notifier)
       announceAlerts(step.alerts, this.#d.log, this.#d.notifier)
+      if (step.transitions.length > 0 || step.alerts.length > 0) this.#d.onChanges?.(step.transitions, step.alerts)
       if (step.ignored) {
         this.#d.log.warn({ userId, agentId: e.agent_id, calls: step.ignored.calls }, 'agent keeps calling the model after its pause')
         this.#d.notifier.ignoredPause(step.ignored)
