@@ -83,7 +83,7 @@ export async function startRedis(
 }
 
 /** A port the OS had free a moment ago (listen on 0, read it, close). */
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const server = createServer()
   server.listen(0, '127.0.0.1')
   await once(server, 'listening')
