@@ -46,6 +46,11 @@ def deletes(proxy: Proxy) -> List[str]:
         return [s.path for s in proxy.seen if s.method == "DELETE"]
 
 
+def options(proxy: Proxy, agent: str, errors: List[BurnrateError], overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """A client's options in these tests: through `proxy`, errors kept, quick retries, a 1 USD budget."""
+    return {**dict(base_url=proxy.url, api_key=S.key, agent_id=agent, on_error=errors.append, retry_base_delay=0.01, cost_threshold_usd=1.0), **overrides}
+
+
 def held(agent: str) -> float:
     return float(S.api.agent(agent)["held_usd"])
 
@@ -58,9 +63,7 @@ class GuardTest(unittest.TestCase):
         proxy = Proxy(S.url, plan)
         self.addCleanup(proxy.close)
         agent = unique("guard")
-        options: dict = dict(on_error=self.errors.append, retry_base_delay=0.01, cost_threshold_usd=1.0)
-        options.update(kwargs)
-        return Burnrate(base_url=proxy.url, api_key=S.key, agent_id=agent, **options), proxy, agent
+        return Burnrate(**options(proxy, agent, self.errors, kwargs)), proxy, agent
 
     def test_a_granted_call_reported_with_its_hold_settles_it(self) -> None:
         br, proxy, agent = self.client()
@@ -426,9 +429,7 @@ class AsyncGuardTest(unittest.IsolatedAsyncioTestCase):
         proxy = Proxy(S.url, plan)
         self.addCleanup(proxy.close)
         agent = unique("aguard")
-        options: dict = dict(on_error=self.errors.append, retry_base_delay=0.01, cost_threshold_usd=1.0)
-        options.update(kwargs)
-        return AsyncBurnrate(base_url=proxy.url, api_key=S.key, agent_id=agent, **options), proxy, agent
+        return AsyncBurnrate(**options(proxy, agent, self.errors, kwargs)), proxy, agent
 
     async def agent(self, agent: str) -> Any:
         return await asyncio.to_thread(S.api.agent, agent)
