@@ -1,0 +1,183 @@
+import type { ClickHouseClient } from '@clickhouse/client'
+import { existsSync } from 'node:fs'
+import type { CreatedKey } from '../auth/api-keys.ts'
+import { ApiKeys } from '../auth/api-keys.ts'
+import { systemClock } from '../clock.ts'
+import type { Config } from '../config.ts'
+import { startServer } from '../server.ts'
+import { createClickHouse } from '../storage/clickhouse.ts'
+import type { ApiKeyRecord } from '../storage/keys.ts'
+import { migrate } from '../storage/migrations.ts'
+import { AdminError, adminRequest, adminSocketPath, isListening } from './admin.ts'
+import { complain, holdConsole, say } from './output.ts'
+
+/** Runs a command whose command line commands.ts has checked. Resolves to the exit status. */
+export function run(command: string, config: Config, values: Record<string, string | undefined>, positionals: string[]): Promise<number> {
+  switch (command) {
+    case 'serve':
+      return serve(config)
+    case 'migrate':
+      return migrateCommand(config)
+    case 'keys create':
+      return createKey(config, values.user!, values.name ?? '', values['rate-limit'] === undefined ? null : Number(values['rate-limit']))
+    case 'keys list':
+      return listKeys(config)
+    case 'keys revoke':
+      return revokeKey(config, positionals[0]!)
+    default:
+      throw new Error(`no handler for the command '${command}'`)
+  }
+}
+
+async function serve(config: Config): Promise<number> {
+  // A start-up failure is one line (main.ts); once serving, the libraries log as they do.
+  const release = holdConsole()
+  const server = await startServer(config).catch((err: unknown) => {
+    release(false)
+    throw err
+  })
+  release(true)
+  server.app.log.info({ address: server.address, ...stores(config), metrics: server.metricsAddress ?? 'off (METRICS_PORT unset)' }, 'burnrate is serving')
+  await new Promise<void>((resolve) => {
+    const stop = (signal: string) => {
+      server.app.log.info({ signal }, 'draining: finishing in-flight batches')
+      server.close().then(resolve, (err: unknown) => {
+        server.app.log.error({ err }, 'error while shutting down')
+        resolve()
+      })
+    }
+    process.once('SIGTERM', () => stop('SIGTERM'))
+    process.once('SIGINT', () => stop('SIGINT'))
+  })
+  return 0
+}
+
+/**
+ * What the start-up line says the service runs on (issue 14): the hot state, the journal and
+ * ClickHouse, by where they are and never with their credentials.
+ */
+function stores(config: Config): { hotState: string; journal: string; clickhouse: string } {
+  const redis = config.redisUrl ? `Redis at ${where(config.redisUrl)}` : null
+  return {
+    hotState: redis ?? 'in process',
+    journal: redis ? `${redis} (streams)` : `segment log in ${config.dataDir}`,
+    clickhouse: config.clickhouse.kind === 'embedded' ? `embedded (chDB) in ${config.clickhouse.path}` : `server at ${where(config.clickhouse.url)}`,
+  }
+}
+
+/** A store's URL as a log may show it: scheme, host and port, no user, password or path. */
+function where(url: string): string {
+  const u = new URL(url)
+  return `${u.protocol}//${u.host}`
+}
+
+/** Whether a `burnrate serve` answers on DATA_DIR's admin socket. */
+async function serverRunning(dataDir: string): Promise<boolean> {
+  const socket = adminSocketPath(dataDir)
+  return existsSync(socket) && (await isListening(socket))
+}
+
+async function migrateCommand(config: Config): Promise<number> {
+  // chDB opens a data path in one process only. The admin socket has no migrate operation, and
+  // needs none: the server applied every migration it has when it started.
+  if (config.clickhouse.kind === 'embedded' && (await serverRunning(config.dataDir))) {
+    complain(`burnrate migrate: a burnrate server is running on DATA_DIR ${config.dataDir} and holds its ClickHouse; it applied the migrations when it started`)
+    return 1
+  }
+  const applied = await withClickHouse(config, (clickhouse) => migrate(clickhouse))
+  say(applied.length > 0 ? `applied ${applied.join(', ')}` : 'the schema is up to date')
+  return 0
+}
+
+/** What the key commands need, from ApiKeys itself or from a running server's admin socket. */
+type KeyCommands = Pick<ApiKeys, 'create' | 'list' | 'revoke'>
+
+function adminKeys(socket: string): KeyCommands {
+  return {
+    create: (user, opts = {}) => adminRequest<CreatedKey>(socket, 'POST', '/keys', { user, name: opts.name ?? '', rate_limit: opts.rateLimit ?? null }),
+    list: () => adminRequest<ApiKeyRecord[]>(socket, 'GET', '/keys'),
+    revoke: (keyId) =>
+      adminRequest<ApiKeyRecord>(socket, 'POST', `/keys/${encodeURIComponent(keyId)}/revoke`).catch((err: unknown) => {
+        if (err instanceof AdminError && err.status === 404) return null
+        throw err
+      }),
+  }
+}
+
+/**
+ * Runs a key command against a running server's admin socket when there is one (it holds
+ * the embedded data path, and its key cache learns at once), else directly on ClickHouse.
+ */
+async function withKeyCommands<T>(config: Config, fn: (keys: KeyCommands) => Promise<T>): Promise<T> {
+  if (await serverRunning(config.dataDir)) {
+    return fn(adminKeys(adminSocketPath(config.dataDir))).catch((err: unknown) => {
+      throw new Error(`the burnrate server on DATA_DIR ${config.dataDir}: ${err instanceof Error ? err.message : String(err)}`, { cause: err })
+    })
+  }
+  return withClickHouse(config, async (clickhouse) => {
+    await migrate(clickhouse)
+    return fn(new ApiKeys(clickhouse, { clock: systemClock, cacheTtlMs: 0 }))
+  })
+}
+
+/** A ClickHouse client for one command; a failure names the ClickHouse it came from. */
+async function withClickHouse<T>(config: Config, fn: (clickhouse: ClickHouseClient) => Promise<T>): Promise<T> {
+  const release = holdConsole()
+  const where =
+    config.clickhouse.kind === 'server' ? `ClickHouse at ${withoutCredentials(config.clickhouse.url)}` : `ClickHouse (embedded, ${config.clickhouse.path})`
+  try {
+    const clickhouse = createClickHouse(config)
+    try {
+      const result = await fn(clickhouse)
+      release(true)
+      return result
+    } finally {
+      await clickhouse.close().catch(() => {})
+    }
+  } catch (err) {
+    release(false)
+    throw new Error(`${where}: ${err instanceof Error ? err.message : String(err)}`, { cause: err })
+  }
+}
+
+function withoutCredentials(url: string): string {
+  const u = new URL(url)
+  return `${u.protocol}//${u.host}${u.pathname === '/' ? '' : u.pathname}`
+}
+
+async function createKey(config: Config, user: string, name: string, rateLimit: number | null): Promise<number> {
+  const created = await withKeyCommands(config, (keys) => keys.create(user, { name, rateLimit }))
+  say(`created key ${created.record.keyId} for user ${created.record.userId}; it is shown once:`)
+  say(created.key)
+  return 0
+}
+
+async function listKeys(config: Config): Promise<number> {
+  const keys = await withKeyCommands(config, (k) => k.list())
+  say(['KEY ID', 'USER', 'NAME', 'RATE LIMIT', 'CREATED', 'REVOKED'].join('\t'))
+  for (const k of keys) {
+    say([k.keyId, k.userId, k.name || '-', k.rateLimit ?? 'default', k.createdAt, k.revokedAt ?? '-'].join('\t'))
+  }
+  return 0
+}
+
+async function revokeKey(config: Config, keyId: string): Promise<number> {
+  // revoke() of a revoked key returns it unchanged, so whether it already was is read first:
+  // an operator who revokes the wrong id twice is told so, not reassured. (Two revocations
+  // racing between the read and the write may both say "revoked": the key is, either way.)
+  const outcome = await withKeyCommands(config, async (keys) => {
+    const before = (await keys.list()).find((k) => k.keyId === keyId)
+    if (!before || before.revokedAt !== null) return { before: before ?? null, revoked: null }
+    return { before, revoked: await keys.revoke(keyId) }
+  })
+  if (outcome.before?.revokedAt) {
+    complain(`burnrate keys revoke: key ${keyId} was already revoked at ${outcome.before.revokedAt}`)
+    return 1
+  }
+  if (!outcome.revoked) {
+    complain(`burnrate keys revoke: no key has the id ${keyId} (burnrate keys list shows them)`)
+    return 1
+  }
+  say(`revoked key ${outcome.revoked.keyId} of user ${outcome.revoked.userId}`)
+  return 0
+}
