@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, describe, expect, it } from 'vitest'
 import { api, cleanup, createKey, drained, freshDataDir, startServe, waitFor } from './helpers/process.ts'
-import { freePort } from './helpers/redis.ts'
+import { freePort, startRedis } from './helpers/redis.ts'
 
 /**
  * Issue 14.6: no API key, webhook URL or metadata value is ever logged, at any level. A real
@@ -32,6 +32,13 @@ describe('logs (issue 14)', () => {
       await waitFor(() => server.logs.find((l) => typeof l.msg === 'string' && l.msg.startsWith('chat webhook')), 10_000, 'the failed delivery logged')
       await drained(server.url)
       const written = server.logs.map((l) => JSON.stringify(l)).join('\n') + server.stderr()
+      // The start-up line says what the service runs on.
+      expect(server.logs.find((l) => l.msg === 'burnrate is serving')).toMatchObject({
+        hotState: 'in process',
+        journal: `segment log in ${dataDir}`,
+        clickhouse: `embedded (chDB) in ${dataDir}/clickhouse`,
+        metrics: 'off (METRICS_PORT unset)',
+      })
       // What the test did is in the log (so an absence below means something).
       expect(written).toContain('"url":"/agents/a"')
       expect(written).toContain('chat webhook')
@@ -48,6 +55,30 @@ describe('logs (issue 14)', () => {
     } finally {
       server.kill('SIGTERM')
       await server.exited
+    }
+  })
+
+  it('say at start-up which Redis the hot state and the journal are on, without its credentials', async () => {
+    const redis = await startRedis()
+    try {
+      await redis.redis.config('SET', 'requirepass', 'pa55-word')
+      const url = `redis://:pa55-word@127.0.0.1:${redis.port}`
+      const server = await startServe(freshDataDir(), { REDIS_URL: url, METRICS_PORT: '0' })
+      try {
+        const line = server.logs.find((l) => l.msg === 'burnrate is serving')
+        expect(line).toMatchObject({
+          hotState: `Redis at redis://127.0.0.1:${redis.port}`,
+          journal: `Redis at redis://127.0.0.1:${redis.port} (streams)`,
+          metrics: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+\/metrics$/),
+        })
+        expect(server.logs.map((l) => JSON.stringify(l)).join('\n')).not.toContain('pa55-word')
+      } finally {
+        server.kill('SIGTERM')
+        await server.exited
+      }
+    } finally {
+      await redis.redis.config('SET', 'requirepass', '').catch(() => {})
+      await redis.stop()
     }
   })
 })
