@@ -17,6 +17,7 @@ import type { HoldService } from './holds/service.ts'
 import { agentsRoutes } from './routes/agents.ts'
 import { GroupedLocalStore } from './routes/limits.ts'
 import { configRoutes } from './routes/config.ts'
+import { DASHBOARD_ROUTES, dashboardRoutes } from './routes/dashboard.ts'
 import { eventsRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { holdsRoutes } from './routes/holds.ts'
@@ -56,7 +57,7 @@ export interface AppDeps {
   log?: FastifyBaseLogger
 }
 
-const PUBLIC_ROUTES = new Set(['/healthz', '/readyz'])
+const PUBLIC_ROUTES = new Set<string>(['/healthz', '/readyz', ...DASHBOARD_ROUTES])
 /** How long a request from an address refused for failed authentications waits for its 429. */
 const FAILED_AUTH_HOLD_MS = 1000
 
@@ -173,6 +174,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(holdsRoutes(deps.holds, limits))
   await app.register(configRoutes(deps.agents, limits))
   await app.register(agentsRoutes(deps.agents, limits))
+  await app.register(dashboardRoutes())
   return app
 }
 

@@ -1,0 +1,167 @@
+// One agent (GET /agents/{id} and its hourly buckets): totals and pause state, pause and
+// resume (POST /config/pause), its budget (POST /config), cost by model, and its events of
+// the last 24 h, a page at a time (next_before).
+
+import { api, ApiError } from './api.js'
+import { budgetForm } from './budget-form.js'
+import { hourlyChart } from './chart.js'
+import { h, int, nano, notice, pauseBadge, pct, REASONS, spendBar, stats, time, usd } from './dom.js'
+
+export const EVENTS_PAGE = 50
+
+export function agentView(agentId) {
+  // The cursors of the pages shown before this one: [] is the newest page.
+  const cursors = []
+  let detail = null
+
+  const title = h('h1', { class: 'agent-id' }, agentId)
+  const badge = h('span')
+  const toggle = h('button', { type: 'button', class: 'pause', onclick: () => setPaused(!ownPause()) })
+  const actionStatus = h('div', { class: 'action-status' })
+  const overview = h('div', { class: 'overview' })
+  const chart = hourlyChart()
+  const models = h('tbody')
+  const events = h('tbody')
+  const pager = h('nav', { class: 'pager', 'aria-label': 'Event pages' })
+  const form = budgetForm({
+    title: 'Budget',
+    save: (policy) => api.config(agentId, policy),
+    onSaved: () => view.refresh(),
+  })
+  const missing = h('div')
+
+  const el = h(
+    'section',
+    { class: 'agent' },
+    h('p', { class: 'crumbs' }, h('a', { href: '#/agents' }, '← Agents')),
+    h('div', { class: 'heading' }, title, badge, toggle),
+    actionStatus,
+    missing,
+    overview,
+    h('div', { class: 'panel' }, h('h2', {}, 'Cost per hour (UTC), last 24 h'), chart.el),
+    h(
+      'div',
+      { class: 'columns' },
+      h(
+        'div',
+        { class: 'panel' },
+        h('h2', {}, 'Cost by model, last 24 h'),
+        h(
+          'table',
+          { class: 'list models' },
+          h('thead', {}, h('tr', {}, ...['Model', 'Cost', 'LLM calls', 'Input tokens', 'Output tokens'].map((c, i) => h('th', { scope: 'col', class: i ? 'num' : null }, c)))),
+          models,
+        ),
+      ),
+      h('div', { class: 'panel' }, form.el),
+    ),
+    h(
+      'div',
+      { class: 'panel' },
+      h('h2', {}, 'Events, newest first'),
+      h(
+        'table',
+        { class: 'list events' },
+        h('thead', {}, h('tr', {}, ...['Time', 'Type', 'Model or tool', 'Input', 'Output', 'Cost', 'Event id'].map((c, i) => h('th', { scope: 'col', class: i >= 3 && i <= 5 ? 'num' : null }, c)))),
+        events,
+      ),
+      pager,
+    ),
+  )
+
+  // Paused by its own state: a pause of its fleet shows too, but is resumed on the fleet page.
+  const ownPause = () => Boolean(detail?.is_paused && !String(detail.paused_reason).startsWith('fleet_'))
+
+  async function setPaused(paused) {
+    toggle.disabled = true
+    actionStatus.replaceChildren()
+    try {
+      await api.pause(agentId, paused)
+      await view.refresh()
+      actionStatus.replaceChildren(notice(paused ? 'Paused: its next event is answered paused: true.' : 'Resumed.', 'ok'))
+    } catch (err) {
+      // A problem+json detail, or the network's own error (burnrate unreachable).
+      actionStatus.replaceChildren(notice(`Not done: ${err.message}`))
+    } finally {
+      toggle.disabled = false
+    }
+  }
+
+  function render(d) {
+    detail = d
+    missing.replaceChildren()
+    badge.replaceChildren(pauseBadge(d.is_paused, d.paused_reason))
+    toggle.textContent = ownPause() ? 'Resume' : 'Pause'
+    toggle.hidden = false
+    const budget = d.config?.cost_threshold_usd ?? nano(d.total_cost_usd + d.remaining_usd)
+    overview.replaceChildren(
+      h('div', { class: 'spend-line' }, spendBar(d.total_cost_usd, budget, { alerted: d.alerts_reached.length > 0 }), h('span', { class: 'amount' }, `${usd(d.total_cost_usd)} of ${usd(budget)} in the last 24 h`)),
+      stats([
+        ['Spent (24 h)', usd(d.total_cost_usd)],
+        ['Budget', d.config ? usd(budget) : `${usd(budget)} (default)`],
+        ['Remaining', usd(d.remaining_usd)],
+        ['Held for calls in flight', usd(d.held_usd)],
+        ['LLM calls (24 h)', int(d.llm_calls)],
+        ['Runs out at', d.projected_exhaustion_at ? time(d.projected_exhaustion_at) : 'not at this rate'],
+        ['State', d.is_paused ? `paused (${d.paused_reason}: ${REASONS[d.paused_reason] ?? ''})` : 'running'],
+        d.is_paused && ['Paused at', time(d.paused_at, { seconds: true })],
+        ['Alerts reached', d.alerts_reached.length ? d.alerts_reached.map(pct).join(', ') : 'none'],
+        d.ignoring_pause && ['Ignoring its pause', h('span', { class: 'badge ignoring' }, `${int(d.ignored_calls)} calls, ${usd(d.ignored_usd)} after the pause`)],
+        d.config?.velocity_limit_usd && ['Velocity limit', `${usd(d.config.velocity_limit_usd)} per ${d.config.velocity_window_minutes} min`],
+      ]),
+    )
+    form.fill(d.config)
+    models.replaceChildren(
+      ...(d.cost_by_model.length
+        ? d.cost_by_model.map((m) => h('tr', {}, h('td', {}, m.model), h('td', { class: 'num' }, usd(m.cost_usd)), h('td', { class: 'num' }, int(m.llm_calls)), h('td', { class: 'num' }, int(m.input_tokens)), h('td', { class: 'num' }, int(m.output_tokens))))
+        : [h('tr', {}, h('td', { colspan: 5, class: 'empty' }, 'No LLM calls in the last 24 h.'))]),
+    )
+    events.replaceChildren(
+      ...(d.events.length ? d.events.map(eventRow) : [h('tr', {}, h('td', { colspan: 7, class: 'empty' }, 'No events on this page.'))]),
+    )
+    const pageNo = cursors.length + 1
+    pager.replaceChildren(
+      h('button', { type: 'button', disabled: cursors.length === 0, onclick: () => page(() => cursors.pop()) }, '← Newer'),
+      h('span', { class: 'range' }, `page ${pageNo}`),
+      h('button', { type: 'button', disabled: !d.next_before, onclick: () => page(() => cursors.push(d.next_before)) }, 'Older →'),
+    )
+  }
+
+  async function page(move) {
+    move()
+    await view.refresh()
+  }
+
+  const view = {
+    el,
+    editing: () => form.editing(),
+    async refresh() {
+      try {
+        const [d, hourly] = await Promise.all([api.agent(agentId, { limit: EVENTS_PAGE, before: cursors.at(-1) }), api.hourly(agentId, 24)])
+        render(d)
+        chart.update(hourly.buckets)
+      } catch (err) {
+        if (!(err instanceof ApiError) || err.status !== 404) throw err
+        toggle.hidden = true
+        missing.replaceChildren(notice('No such agent for this key: it has sent no event and has no config.'))
+      }
+    },
+    dispose: () => chart.dispose(),
+  }
+  return view
+}
+
+function eventRow(e) {
+  const what = e.event_type === 'tool_call' ? e.tool_name : e.model
+  return h(
+    'tr',
+    {},
+    h('td', {}, time(e.timestamp, { seconds: true })),
+    h('td', {}, e.event_type),
+    h('td', {}, what ?? '—', e.price_fallback ? h('span', { class: 'badge alert', title: 'priced as the default model: its price is unknown' }, 'fallback price') : null),
+    h('td', { class: 'num' }, int(e.input_tokens)),
+    h('td', { class: 'num' }, int(e.output_tokens)),
+    h('td', { class: 'num' }, usd(e.cost_usd)),
+    h('td', { class: 'mono', title: e.event_id }, String(e.event_id).slice(0, 8)),
+  )
+}

@@ -1,0 +1,97 @@
+// DOM helpers. Every value from the API reaches the page as a text node or an attribute
+// value, never as markup: agent ids are arbitrary strings (issue 14). No innerHTML anywhere,
+// and no style attribute (the CSP forbids inline styles; sizes go through the CSSOM).
+
+/**
+ * h('a', {href, class, onclick}, child…): an element. Strings become text nodes; null,
+ * undefined and false children are skipped; `on…` props become listeners.
+ */
+export function h(tag, props = {}, ...children) {
+  const el = document.createElement(tag)
+  for (const [name, value] of Object.entries(props ?? {})) {
+    if (value === null || value === undefined || value === false) continue
+    if (name === 'style' || name === 'innerHTML') throw new Error(`h(): ${name} is not allowed`)
+    if (name.startsWith('on')) el.addEventListener(name.slice(2), value)
+    else if (name === 'class') el.className = value
+    else if (name === 'dataset') Object.assign(el.dataset, value)
+    else if (name === 'value' || name === 'checked' || name === 'disabled') el[name] = value
+    else el.setAttribute(name, value === true ? '' : String(value))
+  }
+  append(el, children)
+  return el
+}
+
+function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === null || child === undefined || child === false) continue
+    el.append(child instanceof Node ? child : String(child))
+  }
+}
+
+/** Rounds to the nano-dollar, the unit burnrate accounts in (sums of JSON floats drift). */
+export const nano = (usd) => Math.round(usd * 1e9) / 1e9
+
+const usdFormat = new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: 4 })
+const intFormat = new Intl.NumberFormat()
+
+export const usd = (n) => (n === null || n === undefined ? '—' : usdFormat.format(n))
+export const int = (n) => (n === null || n === undefined ? '—' : intFormat.format(n))
+export const pct = (fraction) => `${Math.round(fraction * 100)} %`
+
+/** A time for people (local), with the exact UTC instant in its title. */
+export function time(iso, { seconds = false } = {}) {
+  if (!iso) return h('span', {}, '—')
+  const d = new Date(iso)
+  const text = d.toLocaleString(undefined, { dateStyle: 'short', timeStyle: seconds ? 'medium' : 'short' })
+  return h('time', { datetime: d.toISOString(), title: d.toISOString() }, text)
+}
+
+/** A spend bar: what is spent against the budget, its colour by how close it is. */
+export function spendBar(spent, budget, { alerted = false } = {}) {
+  const ratio = budget > 0 ? spent / budget : spent > 0 ? Infinity : 0
+  const level = ratio > 1 ? 'over' : ratio >= 1 || alerted ? 'warn' : 'ok'
+  const fill = h('span', { class: `fill ${level}` })
+  // The CSSOM, not a style attribute: the CSP (style-src 'self') allows it.
+  fill.style.width = `${Math.min(100, Math.max(0, ratio * 100))}%`
+  return h(
+    'span',
+    {
+      class: 'bar',
+      role: 'meter',
+      'aria-valuemin': 0,
+      'aria-valuemax': budget,
+      'aria-valuenow': spent,
+      'aria-label': `${usd(spent)} of ${usd(budget)}`,
+    },
+    fill,
+  )
+}
+
+/** The pause state as a badge: "running", or "paused" with its reason. */
+export function pauseBadge(isPaused, reason) {
+  if (!isPaused) return h('span', { class: 'badge running' }, 'running')
+  return h('span', { class: 'badge paused', title: REASONS[reason] ?? '' }, reason ? `paused: ${reason}` : 'paused')
+}
+
+export const REASONS = {
+  budget: 'its 24 h spend went over its budget',
+  velocity: 'it spent faster than its velocity limit',
+  manual: 'paused by hand',
+  fleet_budget: "its fleet's 24 h spend went over the fleet budget",
+  fleet_velocity: 'its fleet spent faster than the fleet velocity limit',
+  fleet_manual: 'its fleet was paused by hand',
+}
+
+/** A definition list of [label, value] pairs; a value may be a node. */
+export function stats(pairs) {
+  return h(
+    'dl',
+    { class: 'stats' },
+    pairs.filter(Boolean).map(([label, value]) => h('div', {}, h('dt', {}, label), h('dd', {}, value))),
+  )
+}
+
+/** A message line: role=alert for errors. */
+export function notice(text, kind = 'error') {
+  return h('p', { class: `notice ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, text)
+}
