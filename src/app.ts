@@ -21,6 +21,7 @@ import { DASHBOARD_ROUTES, dashboardRoutes } from './routes/dashboard.ts'
 import { eventsRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { holdsRoutes } from './routes/holds.ts'
+import { REFERENCE_PREFIX, openapiRoutes } from './routes/openapi.ts'
 import { routeLimits } from './routes/limits.ts'
 import { MAX_BODY_BYTES } from './schemas/event.ts'
 import { assertWellFormed } from './schemas/well-formed.ts'
@@ -55,9 +56,16 @@ export interface AppDeps {
   deadLetters?: () => number
   /** pino-compatible; none (silent) when omitted. */
   log?: FastifyBaseLogger
+  /** Told every route as it is added (test/openapi.test.ts takes the inventory the document must cover). */
+  onRoute?: (route: { method: string | string[]; url: string }) => void
 }
 
-const PUBLIC_ROUTES = new Set<string>(['/healthz', '/readyz', ...DASHBOARD_ROUTES])
+const PUBLIC_ROUTES = new Set<string>(['/healthz', '/readyz', '/openapi.json', ...DASHBOARD_ROUTES])
+
+/** Routes answered without an API key: the health checks, the dashboard's files, the API's description. */
+function isPublic(route: string): boolean {
+  return PUBLIC_ROUTES.has(route) || route === REFERENCE_PREFIX || route.startsWith(`${REFERENCE_PREFIX}/`)
+}
 /** How long a request from an address refused for failed authentications waits for its 429. */
 const FAILED_AUTH_HOLD_MS = 1000
 
@@ -86,6 +94,8 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     // Router errors (a malformed percent-escape) answer problem+json like every other error.
     frameworkErrors: (err, _request, reply) => sendProblem(reply, new Problem('invalid_query', err.message)),
   })
+  const { onRoute } = deps
+  if (onRoute) app.addHook('onRoute', (route) => onRoute(route))
   // Only JSON bodies (SPEC.md 5); Fastify would otherwise parse text/plain as a string.
   app.removeContentTypeParser('text/plain')
   // JSON as Fastify parses it (secure-json-parse, poisoning refused), from bytes that must be
@@ -129,7 +139,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const failures = new AuthFailures(deps.config.authFailuresPerMinute, deps.clock ?? systemClock)
   app.addHook('onRequest', async (request) => {
     const route = request.routeOptions.url
-    if (route === undefined || PUBLIC_ROUTES.has(route)) return
+    if (route === undefined || isPublic(route)) return
     const header = request.headers['x-api-key']
     const key = Array.isArray(header) ? header[0] : header
     const wait = failures.retryAfterSeconds(request.ip)
@@ -175,6 +185,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(configRoutes(deps.agents, limits))
   await app.register(agentsRoutes(deps.agents, limits))
   await app.register(dashboardRoutes())
+  await app.register(openapiRoutes())
   return app
 }
 

@@ -1,0 +1,195 @@
+import { readFileSync } from 'node:fs'
+import { z } from 'zod'
+import { PROBLEMS, type ProblemCode } from './errors.ts'
+import { configBody, fleetConfigBody, fleetPauseBody, pauseBody } from './schemas/config.ts'
+import { eventBody } from './schemas/event.ts'
+import { holdBody, holdParams } from './schemas/hold.ts'
+import { agentParams, agentQuery, auditQuery, eventsQuery, hourlyQuery } from './schemas/query.ts'
+import {
+  agentReply,
+  agentsReply,
+  auditReply,
+  eventReply,
+  eventsReply,
+  fleetPauseReply,
+  fleetReply,
+  holdReply,
+  hourlyReply,
+  okReply,
+  pauseReply,
+  problemReply,
+  readyReply,
+  releaseReply,
+} from './schemas/responses.ts'
+
+/**
+ * The OpenAPI 3.1 document of the API (issue 14), built from the zod schemas the routes
+ * validate requests with (src/schemas/*) and the ones their answers are checked against in
+ * test/openapi.test.ts (schemas/responses.ts): one source of truth, converted by zod's own
+ * toJSONSchema. test/openapi.test.ts also checks that every route Fastify serves is here.
+ */
+
+type Method = 'get' | 'post' | 'delete'
+
+export interface RouteDoc {
+  method: Method
+  /** As OpenAPI writes it: /agents/{agent_id}. */
+  path: string
+  summary: string
+  tag: 'ingest' | 'holds' | 'config' | 'read' | 'health'
+  /** false: no x-api-key (health). */
+  auth: boolean
+  body?: z.ZodType
+  query?: z.ZodObject
+  params?: z.ZodObject
+  reply: z.ZodType
+  /** What the route itself may answer besides what every authenticated route may (COMMON). */
+  errors: readonly ProblemCode[]
+}
+
+/** What any authenticated route may answer. */
+const COMMON: readonly ProblemCode[] = ['unauthorized', 'rate_limited', 'internal', 'store_unavailable']
+/** What any route with a JSON body may answer. */
+const BODY: readonly ProblemCode[] = ['invalid_body', 'invalid_json', 'payload_too_large', 'unsupported_media_type']
+
+export const ROUTES: readonly RouteDoc[] = [
+  { method: 'get', path: '/healthz', summary: 'The process answers', tag: 'health', auth: false, reply: okReply, errors: [] },
+  {
+    method: 'get',
+    path: '/readyz',
+    summary: 'It can take events: the hot state answers and the journal has room (503 with the same body, ok false, when the journal is full)',
+    tag: 'health',
+    auth: false,
+    reply: readyReply,
+    errors: ['store_unavailable'],
+  },
+  {
+    method: 'post',
+    path: '/events',
+    summary: 'Report one event: priced, counted against the budgets, answered with whether the agent must stop',
+    tag: 'ingest',
+    auth: true,
+    body: eventBody,
+    reply: eventReply,
+    errors: [...BODY, 'hold_not_found', 'journal_full'],
+  },
+  {
+    method: 'post',
+    path: '/holds',
+    summary: "Hold a coming call's worst case against the agent's and its fleet's budget (issue 13)",
+    tag: 'holds',
+    auth: true,
+    body: holdBody,
+    reply: holdReply,
+    errors: [...BODY, 'hold_not_found'],
+  },
+  {
+    method: 'delete',
+    path: '/holds/{hold_id}',
+    summary: 'Release an open hold early',
+    tag: 'holds',
+    auth: true,
+    params: holdParams,
+    reply: releaseReply,
+    errors: ['invalid_query', 'hold_not_found'],
+  },
+  { method: 'post', path: '/config', summary: "Set an agent's budget (an upsert: omitted fields keep their value)", tag: 'config', auth: true, body: configBody, reply: okReply, errors: BODY },
+  { method: 'post', path: '/config/pause', summary: 'Pause or resume an agent by hand', tag: 'config', auth: true, body: pauseBody, reply: pauseReply, errors: BODY },
+  { method: 'post', path: '/config/fleet', summary: "Set the user's fleet budget, over all of their agents", tag: 'config', auth: true, body: fleetConfigBody, reply: okReply, errors: BODY },
+  { method: 'post', path: '/config/fleet/pause', summary: 'Pause or resume every agent of the user by hand', tag: 'config', auth: true, body: fleetPauseBody, reply: fleetPauseReply, errors: BODY },
+  { method: 'get', path: '/agents', summary: 'The agents with events in the last 24 h, highest cost first', tag: 'read', auth: true, query: eventsQuery.pick({}), reply: agentsReply, errors: ['invalid_query'] },
+  { method: 'get', path: '/agents/events', summary: "The user's newest events", tag: 'read', auth: true, query: eventsQuery, reply: eventsReply, errors: ['invalid_query'] },
+  {
+    method: 'get',
+    path: '/agents/{agent_id}',
+    summary: "An agent's totals, pause state, config, cost by model and newest events (paged)",
+    tag: 'read',
+    auth: true,
+    params: agentParams,
+    query: agentQuery,
+    reply: agentReply,
+    errors: ['invalid_query', 'agent_not_found'],
+  },
+  {
+    method: 'get',
+    path: '/agents/{agent_id}/hourly',
+    summary: "An agent's cost per UTC hour, oldest first",
+    tag: 'read',
+    auth: true,
+    params: agentParams,
+    query: hourlyQuery,
+    reply: hourlyReply,
+    errors: ['invalid_query', 'agent_not_found'],
+  },
+  { method: 'get', path: '/fleet', summary: "The fleet's 24 h total over all of the user's agents, against its budget", tag: 'read', auth: true, query: eventsQuery.pick({}), reply: fleetReply, errors: ['invalid_query'] },
+  { method: 'get', path: '/audit', summary: "The user's audit log, newest first (paged)", tag: 'read', auth: true, query: auditQuery, reply: auditReply, errors: ['invalid_query'] },
+]
+
+/** The problem codes a route may answer, by HTTP status. */
+export function errorsOf(route: RouteDoc): Map<number, ProblemCode[]> {
+  const codes = new Set<ProblemCode>([...(route.auth ? COMMON : []), ...route.errors])
+  const byStatus = new Map<number, ProblemCode[]>()
+  for (const code of codes) {
+    const { status } = PROBLEMS[code]
+    byStatus.set(status, [...(byStatus.get(status) ?? []), code])
+  }
+  return byStatus
+}
+
+/** zod's JSON Schema (2020-12, which OpenAPI 3.1 uses) of a request (`input`) or an answer (`output`). */
+function jsonSchema(schema: z.ZodType, io: 'input' | 'output'): Record<string, unknown> {
+  const { $schema: _, ...rest } = z.toJSONSchema(schema, { io, unrepresentable: 'any' }) as Record<string, unknown>
+  return rest
+}
+
+function parameters(schema: z.ZodObject | undefined, where: 'query' | 'path') {
+  if (!schema) return []
+  const json = jsonSchema(schema, 'input') as { properties?: Record<string, Record<string, unknown>>; required?: string[] }
+  return Object.entries(json.properties ?? {}).map(([name, s]) => ({
+    name,
+    in: where,
+    required: where === 'path' || (json.required ?? []).includes(name),
+    ...(typeof s.description === 'string' ? { description: s.description } : {}),
+    schema: s,
+  }))
+}
+
+function operation(route: RouteDoc) {
+  const responses: Record<string, unknown> = { 200: { description: 'OK', content: { 'application/json': { schema: jsonSchema(route.reply, 'output') } } } }
+  for (const [status, codes] of [...errorsOf(route)].sort(([a], [b]) => a - b)) {
+    const problem = jsonSchema(problemReply, 'output') as { properties: Record<string, unknown> }
+    responses[status] = {
+      description: codes.map((c) => `${c}: ${PROBLEMS[c].title}`).join('; '),
+      content: { 'application/problem+json': { schema: { ...problem, properties: { ...problem.properties, code: { type: 'string', enum: codes } } } } },
+    }
+  }
+  return {
+    summary: route.summary,
+    tags: [route.tag],
+    operationId: `${route.method}${route.path.replace(/\{(\w+)\}/g, 'By_$1').replace(/[^a-zA-Z0-9]+(.)?/g, (_, c: string | undefined) => (c ?? '').toUpperCase())}`,
+    ...(route.auth ? {} : { security: [] }),
+    parameters: [...parameters(route.params, 'path'), ...parameters(route.query, 'query')],
+    ...(route.body ? { requestBody: { required: true, content: { 'application/json': { schema: jsonSchema(route.body, 'input') } } } } : {}),
+    responses,
+  }
+}
+
+const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version
+
+/** The document, built once. */
+export const OPENAPI_DOCUMENT = (() => {
+  const paths: Record<string, Record<string, unknown>> = {}
+  for (const route of ROUTES) (paths[route.path] ??= {})[route.method] = operation(route)
+  return {
+    openapi: '3.1.0',
+    info: {
+      title: 'burnrate',
+      version: VERSION,
+      description: 'Cost metering and budget enforcement for AI agent fleets. Every request but the health checks carries an API key (`burnrate keys create`) as x-api-key; errors are RFC 9457 problem details with a stable code.',
+      license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
+    },
+    components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'x-api-key' } } },
+    security: [{ apiKey: [] }],
+    paths,
+  }
+})()

@@ -1,0 +1,167 @@
+import { z } from 'zod'
+import { AUDIT_SCOPES } from '../storage/audit.ts'
+import { EVENT_TYPES } from './event.ts'
+
+/**
+ * What each route answers (issue 14: the OpenAPI document, src/openapi.ts). Strict objects:
+ * test/openapi.test.ts checks real answers against them, so a field the service adds without
+ * saying so here fails it.
+ */
+
+const usd = z.number()
+const iso = z.iso.datetime({ offset: true })
+const pausedReason = z.enum(['budget', 'velocity', 'manual', 'fleet_budget', 'fleet_velocity', 'fleet_manual']).nullable()
+
+export const okReply = z.strictObject({ ok: z.literal(true) })
+
+export const readyReply = z.strictObject({
+  ok: z.boolean(),
+  clickhouse: z.enum(['up', 'down']),
+  hot_state: z.literal('up'),
+  journal: z.strictObject({ rows: z.number().int(), bytes: z.number().int(), oldest_age_seconds: z.number(), dead_letters: z.number().int() }),
+})
+
+export const eventReply = z.strictObject({
+  ok: z.literal(true),
+  event_id: z.string(),
+  cost_usd: usd,
+  paused: z.boolean(),
+  paused_reason: pausedReason,
+  total_cost_24h: usd,
+  remaining_usd: usd.describe('the threshold minus the rolling total (negative when over it)'),
+  projected_exhaustion_at: iso.nullable(),
+  alerts: z.array(z.number()).describe("the agent's alert levels this event crossed"),
+  fleet_alerts: z.array(z.number()).describe("its fleet's alert levels this event crossed"),
+  duplicate: z.literal(true).optional().describe('a repeat of an event id already counted: nothing changed'),
+})
+
+export const holdReply = z.strictObject({
+  ok: z.literal(true),
+  allowed: z.boolean(),
+  reason: z.enum(['paused', 'budget', 'fleet_budget']).nullable(),
+  hold_id: z.uuid().nullable(),
+  held_usd: usd,
+  worst_case_usd: usd,
+  remaining_usd: usd,
+  expires_at: iso.nullable(),
+  paused: z.boolean(),
+  paused_reason: pausedReason,
+})
+
+export const releaseReply = z.strictObject({ ok: z.literal(true), hold_id: z.uuid(), agent_id: z.string(), released_usd: usd })
+
+export const pauseReply = z.strictObject({ ok: z.literal(true), agent_id: z.string(), is_paused: z.boolean() })
+export const fleetPauseReply = z.strictObject({ ok: z.literal(true), is_paused: z.boolean() })
+
+/** A config as the read API shows it: the webhook URL masked. */
+const shownConfig = z.strictObject({
+  cost_threshold_usd: usd,
+  slack_webhook_url: z.string().nullable(),
+  auto_resume: z.boolean(),
+  alert_at: z.array(z.number()),
+  velocity_limit_usd: usd.nullable(),
+  velocity_window_minutes: z.number().int(),
+})
+
+export const agentsReply = z.strictObject({
+  agents: z.array(
+    z.strictObject({
+      agent_id: z.string(),
+      total_cost_usd: usd,
+      llm_calls: z.number().int(),
+      cost_threshold_usd: usd.optional().describe('present when the agent has a config'),
+      is_paused: z.boolean(),
+      paused_reason: pausedReason,
+      remaining_usd: usd,
+      alerts_reached: z.array(z.number()),
+      ignoring_pause: z.boolean(),
+    }),
+  ),
+})
+
+const storedEvent = z.strictObject({
+  event_id: z.string(),
+  agent_id: z.string(),
+  event_type: z.enum(EVENT_TYPES),
+  model: z.string().nullable(),
+  input_tokens: z.number().int(),
+  output_tokens: z.number().int(),
+  cache_read_tokens: z.number().int(),
+  cache_write_tokens: z.number().int(),
+  quantities: z.record(z.string(), z.number()),
+  unpriced_quantities: z.array(z.string()),
+  service_tier: z.string().nullable(),
+  tool_name: z.string().nullable(),
+  metadata: z.record(z.string(), z.unknown()),
+  cost_usd: usd,
+  price_fallback: z.boolean(),
+  timestamp: iso,
+})
+
+export const eventsReply = z.strictObject({ events: z.array(storedEvent) })
+
+export const agentReply = z.strictObject({
+  agent_id: z.string(),
+  total_cost_usd: usd,
+  llm_calls: z.number().int(),
+  is_paused: z.boolean(),
+  paused_reason: pausedReason,
+  paused_at: iso.nullable(),
+  ignoring_pause: z.boolean(),
+  ignored_calls: z.number().int(),
+  ignored_usd: usd,
+  remaining_usd: usd,
+  held_usd: usd,
+  projected_exhaustion_at: iso.nullable(),
+  alerts_reached: z.array(z.number()),
+  config: shownConfig.nullable(),
+  cost_by_model: z.array(z.strictObject({ model: z.string(), cost_usd: usd, llm_calls: z.number().int(), input_tokens: z.number().int(), output_tokens: z.number().int() })),
+  events: z.array(storedEvent),
+  next_before: iso.nullable().describe('pass as ?before= for the next page; null on the last'),
+})
+
+export const hourlyReply = z.strictObject({
+  agent_id: z.string(),
+  hours: z.number().int(),
+  buckets: z.array(z.strictObject({ hour: iso, cost_usd: usd, llm_calls: z.number().int(), input_tokens: z.number().int(), output_tokens: z.number().int() })),
+})
+
+export const fleetReply = z.strictObject({
+  total_cost_usd: usd,
+  llm_calls: z.number().int(),
+  cost_threshold_usd: usd.nullable(),
+  remaining_usd: usd.nullable(),
+  held_usd: usd,
+  projected_exhaustion_at: iso.nullable(),
+  is_paused: z.boolean(),
+  paused_reason: pausedReason,
+  paused_at: iso.nullable(),
+  override: z.boolean(),
+  alerts_reached: z.array(z.number()),
+  config: shownConfig.nullable(),
+})
+
+export const auditReply = z.strictObject({
+  records: z.array(
+    z.strictObject({
+      at: iso,
+      agent_id: z.string().nullable(),
+      scope: z.enum(AUDIT_SCOPES),
+      action: z.string(),
+      reason: z.string(),
+      actor: z.string(),
+      details: z.record(z.string(), z.unknown()),
+    }),
+  ),
+  next_before: z.string().nullable(),
+})
+
+/** RFC 9457 problem details, as every error is answered (errors.ts). */
+export const problemReply = z.strictObject({
+  type: z.string(),
+  title: z.string(),
+  status: z.number().int(),
+  code: z.string(),
+  detail: z.string(),
+  errors: z.array(z.strictObject({ field: z.string(), message: z.string() })).optional(),
+})
