@@ -5,7 +5,7 @@
 import { api, ApiError } from './api.js'
 import { budgetForm } from './budget-form.js'
 import { hourlyChart } from './chart.js'
-import { h, int, nano, notice, pauseBadge, pct, REASONS, spendBar, stats, time, usd } from './dom.js'
+import { act, h, int, nano, notice, pauseBadge, pct, REASONS, spendBar, stats, time, usd } from './dom.js'
 
 export const EVENTS_PAGE = 50
 
@@ -72,19 +72,12 @@ export function agentView(agentId) {
   // Paused by its own state: a pause of its fleet shows too, but is resumed on the fleet page.
   const ownPause = () => Boolean(detail?.is_paused && !String(detail.paused_reason).startsWith('fleet_'))
 
-  async function setPaused(paused) {
-    toggle.disabled = true
-    actionStatus.replaceChildren()
-    try {
+  function setPaused(paused) {
+    const done = paused ? 'Paused: its next event is answered paused: true.' : 'Resumed.'
+    return act(toggle, actionStatus, async () => {
       await api.pause(agentId, paused)
       await view.refresh()
-      actionStatus.replaceChildren(notice(paused ? 'Paused: its next event is answered paused: true.' : 'Resumed.', 'ok'))
-    } catch (err) {
-      // A problem+json detail, or the network's own error (burnrate unreachable).
-      actionStatus.replaceChildren(notice(`Not done: ${err.message}`))
-    } finally {
-      toggle.disabled = false
-    }
+    }, done)
   }
 
   function render(d) {

@@ -95,3 +95,20 @@ export function stats(pairs) {
 export function notice(text, kind = 'error') {
   return h('p', { class: `notice ${kind}`, role: kind === 'error' ? 'alert' : 'status' }, text)
 }
+
+/**
+ * Runs what a button does: the button disabled meanwhile, the outcome in `status`: `done`, or
+ * why not (a problem+json detail, or the network's own error when burnrate is unreachable).
+ */
+export async function act(button, status, action, done) {
+  button.disabled = true
+  status.replaceChildren()
+  try {
+    await action()
+    status.replaceChildren(notice(done, 'ok'))
+  } catch (err) {
+    status.replaceChildren(notice(`Not done: ${err.message}`))
+  } finally {
+    button.disabled = false
+  }
+}

@@ -3,7 +3,7 @@
 
 import { api } from './api.js'
 import { budgetForm } from './budget-form.js'
-import { h, int, notice, pauseBadge, pct, REASONS, spendBar, stats, time, usd } from './dom.js'
+import { act, h, int, notice, pauseBadge, pct, REASONS, spendBar, stats, time, usd } from './dom.js'
 
 const NEW_FLEET = { cost_threshold_usd: null, alert_at: [0.8], auto_resume: false, velocity_limit_usd: null, velocity_window_minutes: 5 }
 
@@ -33,19 +33,12 @@ export function fleetView() {
     h('div', { class: 'panel narrow' }, form.el),
   )
 
-  async function setPaused(paused) {
-    toggle.disabled = true
-    actionStatus.replaceChildren()
-    try {
+  function setPaused(paused) {
+    const done = paused ? 'Fleet paused: every agent is answered paused: true.' : 'Fleet resumed (agents paused on their own stay paused).'
+    return act(toggle, actionStatus, async () => {
       await api.fleetPause(paused)
       await view.refresh()
-      actionStatus.replaceChildren(notice(paused ? 'Fleet paused: every agent is answered paused: true.' : 'Fleet resumed (agents paused on their own stay paused).', 'ok'))
-    } catch (err) {
-      // A problem+json detail, or the network's own error (burnrate unreachable).
-      actionStatus.replaceChildren(notice(`Not done: ${err.message}`))
-    } finally {
-      toggle.disabled = false
-    }
+    }, done)
   }
 
   function render(f) {
