@@ -1,7 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { isUtf8 } from 'node:buffer'
 import type { ClickHouseClient } from '@clickhouse/client'
-import type { Redis } from 'ioredis'
 import rateLimit from '@fastify/rate-limit'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { AgentService } from './agents/service.ts'
@@ -11,6 +10,7 @@ import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
 import { Problem, StoreUnavailableError, type ProblemCode } from './errors.ts'
 import type { HotState } from './hot-state/types.ts'
+import type { RedisClient } from './storage/redis.ts'
 import { JournalFullError, type JournalStatus } from './journal/types.ts'
 import type { IngestService } from './ingest/service.ts'
 import type { HoldService } from './holds/service.ts'
@@ -49,7 +49,7 @@ export interface AppDeps {
   keys: ApiKeys
   /** The time failed authentications are counted by (tests step it). */
   clock?: Clock
-  redis?: Redis | null
+  redis?: RedisClient | null
   /** This instance's journal, for /readyz. */
   journal: JournalStatus
   /** Rows moved to dead_letters since start, for /readyz. */

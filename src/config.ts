@@ -18,6 +18,27 @@ const envSchema = z.object({
   CLICKHOUSE_PASSWORD: z.string().optional(),
   CLICKHOUSE_DATABASE: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/).default('default'),
   REDIS_URL: z.url({ protocol: /^rediss?$/, error: 'must be a redis:// or rediss:// URL' }).optional(),
+  // Issue 15: a Redis Cluster, by its seed nodes (host:port, or redis[s]://[user:password@]host:port).
+  REDIS_CLUSTER_NODES: z
+    .string()
+    .transform((s, ctx) => {
+      const seeds = s.split(',').map((seed) => seed.trim()).filter(Boolean)
+      const parsed = seeds.map(parseSeed)
+      const bad = seeds.filter((_, i) => parsed[i] === null)
+      if (seeds.length === 0 || bad.length > 0) {
+        ctx.addIssue({ code: 'custom', message: `must be host:port or redis[s]://[user:password@]host:port seeds, comma-separated${bad.length ? `: not ${bad.join(', ')}` : ''}` })
+        return z.NEVER
+      }
+      const urls = parsed.filter((p) => p!.url)
+      const auth = new Set(urls.map((p) => `${p!.tls}|${p!.username ?? ''}|${p!.password ?? ''}`))
+      if (auth.size > 1) {
+        ctx.addIssue({ code: 'custom', message: 'the seeds name different credentials or schemes: a cluster has one' })
+        return z.NEVER
+      }
+      const first = urls[0] ?? null
+      return { nodes: parsed.map((p) => ({ host: p!.host, port: p!.port })), username: first?.username, password: first?.password, tls: first?.tls ?? false }
+    })
+    .optional(),
   LOG_LEVEL: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   PRICES_FILE: z.string().min(1).optional(),
   EVENTS_RATE_LIMIT: positiveInt.default(120),
@@ -35,7 +56,44 @@ const envSchema = z.object({
   PAUSE_GRACE_MS: z.coerce.number().int().min(0).default(60_000),
   TRUST_PROXY: bool.default(false),
   METRICS_PORT: port.optional(),
+}).superRefine((e, ctx) => {
+  if (e.REDIS_URL && e.REDIS_CLUSTER_NODES) ctx.addIssue({ code: 'custom', path: ['REDIS_CLUSTER_NODES'], message: 'set REDIS_URL (one Redis) or REDIS_CLUSTER_NODES (a cluster), not both' })
 })
+
+export type RedisTarget =
+  | { readonly kind: 'single'; readonly url: string }
+  | {
+      readonly kind: 'cluster'
+      readonly nodes: ReadonlyArray<{ host: string; port: number }>
+      readonly username?: string | undefined
+      readonly password?: string | undefined
+      readonly tls: boolean
+    }
+
+/** One seed of REDIS_CLUSTER_NODES; null when it is neither host:port nor a redis[s]:// URL. */
+function parseSeed(seed: string): { host: string; port: number; url: boolean; tls: boolean; username?: string; password?: string } | null {
+  if (/^rediss?:\/\//.test(seed)) {
+    let u: URL
+    try {
+      u = new URL(seed)
+    } catch {
+      return null
+    }
+    const port = Number(u.port || 6379)
+    if (!u.hostname || u.pathname.length > 1) return null
+    return {
+      host: u.hostname,
+      port,
+      url: true,
+      tls: u.protocol === 'rediss:',
+      ...(u.username ? { username: decodeURIComponent(u.username) } : {}),
+      ...(u.password ? { password: decodeURIComponent(u.password) } : {}),
+    }
+  }
+  const m = /^([^:\s/]+):(\d{1,5})$/.exec(seed)
+  if (!m || Number(m[2]) > 65535 || Number(m[2]) === 0) return null
+  return { host: m[1]!, port: Number(m[2]), url: false, tls: false }
+}
 
 export interface Config {
   readonly port: number
@@ -45,7 +103,8 @@ export interface Config {
     | { readonly kind: 'embedded'; readonly path: string }
     | { readonly kind: 'server'; readonly url: string; readonly username?: string; readonly password?: string }
   readonly clickhouseDatabase: string
-  readonly redisUrl?: string
+  /** The shared hot state and journal: one Redis (REDIS_URL) or a cluster (REDIS_CLUSTER_NODES); none: in process. */
+  readonly redis?: RedisTarget
   readonly logLevel: string
   readonly pricesFile?: string
   readonly rateLimits: { readonly events: number; readonly reads: number; readonly config: number }
@@ -91,7 +150,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ? { kind: 'server' as const, url: e.CLICKHOUSE_URL, username: e.CLICKHOUSE_USER, password: e.CLICKHOUSE_PASSWORD }
       : { kind: 'embedded' as const, path: resolve(dataDir, 'clickhouse') },
     clickhouseDatabase: e.CLICKHOUSE_DATABASE,
-    redisUrl: e.REDIS_URL,
+    redis: e.REDIS_URL ? { kind: 'single' as const, url: e.REDIS_URL } : e.REDIS_CLUSTER_NODES ? { kind: 'cluster' as const, ...e.REDIS_CLUSTER_NODES } : undefined,
     logLevel: e.LOG_LEVEL,
     pricesFile: e.PRICES_FILE,
     rateLimits: { events: e.EVENTS_RATE_LIMIT, reads: e.READS_RATE_LIMIT, config: e.CONFIG_RATE_LIMIT },

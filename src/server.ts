@@ -3,7 +3,6 @@ import { mkdirSync } from 'node:fs'
 import { join } from 'node:path'
 import type { Server } from 'node:http'
 import type { ClickHouseClient } from '@clickhouse/client'
-import type { Redis } from 'ioredis'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { pino } from 'pino'
 import { AgentService } from './agents/service.ts'
@@ -30,14 +29,15 @@ import { createPriceTable, loadPricesFile } from './pricing/price-table.ts'
 import { createClickHouse } from './storage/clickhouse.ts'
 import { agentTotals } from './storage/events.ts'
 import { migrate } from './storage/migrations.ts'
-import { checkPersistence, createRedis, KEY_REVOKED_CHANNEL, watch } from './storage/redis.ts'
+import { Cluster } from 'ioredis'
+import { checkPersistence, createRedis, KEY_REVOKED_CHANNEL, watch, type RedisClient } from './storage/redis.ts'
 import { DEFAULT_PARTITIONS } from './storage/redis-keys.ts'
 import { windowStartMs } from './window.ts'
 
 export interface Services {
   config: Config
   /** The shared Redis (hot state, journal, rate limits, revocations); null in the embedded mode. */
-  redis: Redis | null
+  redis: RedisClient | null
   metrics: Metrics
   clock: Clock
   clickhouse: ClickHouseClient
@@ -73,7 +73,7 @@ export async function openServices(
 
   // Two homes for the hot state and its journal (issue 8): in process with a segment log
   // under DATA_DIR, or Redis with its streams, shared by every instance.
-  const redis = config.redisUrl ? createRedis(config.redisUrl, log) : null
+  const redis = config.redis ? createRedis(config.redis, log) : null
   const segmentLog = redis
     ? null
     : await SegmentLog.open({
@@ -162,7 +162,8 @@ export async function openServices(
   })
   // A key revoked through any instance stops working on every instance at once (without
   // Redis, within KEY_CACHE_TTL_MS).
-  const subscriber = redis?.duplicate() ?? null
+  // On a cluster, PUBLISH reaches the subscribers of every node (the cluster bus carries it).
+  const subscriber = redis ? duplicate(redis) : null
   if (subscriber) {
     watch(subscriber, log)
     await subscriber.subscribe(KEY_REVOKED_CHANNEL)
@@ -245,4 +246,9 @@ export async function startServer(config: Config): Promise<RunningServer> {
     await services.close()
     throw err
   }
+}
+
+/** A second connection of the same kind (a subscriber takes a connection of its own). */
+function duplicate(redis: RedisClient): RedisClient {
+  return redis instanceof Cluster ? redis.duplicate() : redis.duplicate()
 }

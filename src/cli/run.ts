@@ -57,7 +57,8 @@ async function serve(config: Config): Promise<number> {
  * ClickHouse, by where they are and never with their credentials.
  */
 function stores(config: Config): { hotState: string; journal: string; clickhouse: string } {
-  const redis = config.redisUrl ? `Redis at ${where(config.redisUrl)}` : null
+  const r = config.redis
+  const redis = !r ? null : r.kind === 'single' ? `Redis at ${where(r.url)}` : `Redis Cluster at ${r.nodes.map((n) => `${n.host}:${n.port}`).join(',')}`
   return {
     hotState: redis ?? 'in process',
     journal: redis ? `${redis} (streams)` : `segment log in ${config.dataDir}`,

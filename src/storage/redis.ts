@@ -1,25 +1,40 @@
-import { Redis } from 'ioredis'
+import { Cluster, Redis } from 'ioredis'
+import type { RedisTarget } from '../config.ts'
+
+/** One Redis, or a Redis Cluster (issue 15): the same code paths run on either. */
+export type RedisClient = Redis | Cluster
+
+/** Reconnect forever, backing off to 2 s: the instance recovers by itself. */
+const backoff = (attempt: number) => Math.min(attempt * 100, 2000)
 
 /**
  * The Redis client of one burnrate instance. Commands fail fast when Redis is away (the
  * routes answer 503 and the client retries), instead of queueing behind a reconnect;
- * commands issued together are pipelined, so a batch costs one round trip.
+ * commands issued together are pipelined, so a batch costs one round trip (per node of a
+ * cluster). A cluster's client follows MOVED and ASK redirections itself (a slot migrating)
+ * and finds the new master after a failover.
  */
-export function createRedis(url: string, log: { warn(obj: object, msg: string): void }): Redis {
-  const redis = new Redis(url, {
-    enableAutoPipelining: true,
-    maxRetriesPerRequest: 1,
-    commandTimeout: 2000,
-    connectTimeout: 2000,
-    // Reconnect forever, backing off to 2 s: the instance recovers by itself.
-    retryStrategy: (attempt) => Math.min(attempt * 100, 2000),
-  })
+export function createRedis(target: RedisTarget, log: { warn(obj: object, msg: string): void }): RedisClient {
+  const connection = { maxRetriesPerRequest: 1, commandTimeout: 2000, connectTimeout: 2000 }
+  const redis =
+    target.kind === 'single'
+      ? new Redis(target.url, { ...connection, enableAutoPipelining: true, retryStrategy: backoff })
+      : new Cluster([...target.nodes], {
+          enableAutoPipelining: true,
+          clusterRetryStrategy: backoff,
+          redisOptions: {
+            ...connection,
+            ...(target.username ? { username: target.username } : {}),
+            ...(target.password ? { password: target.password } : {}),
+            ...(target.tls ? { tls: {} } : {}),
+          },
+        })
   watch(redis, log)
   return redis
 }
 
 /** Logs a connection's errors (ioredis reconnects by itself) once per outage, not per retry. */
-export function watch(redis: Redis, log: { warn(obj: object, msg: string): void }): void {
+export function watch(redis: RedisClient, log: { warn(obj: object, msg: string): void }): void {
   let down = false
   redis.on('error', (err: Error) => {
     if (!down) log.warn({ err }, 'Redis is unavailable; answering 503 until it returns')
@@ -37,7 +52,16 @@ export function watch(redis: Redis, log: { warn(obj: object, msg: string): void 
  * or up to a second of them on a power loss (appendfsync no); a managed Redis that refuses
  * CONFIG GET gets a warning that names what to check.
  */
-export async function checkPersistence(redis: Redis, log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void }): Promise<void> {
+export async function checkPersistence(redis: RedisClient, log: { warn(obj: object, msg: string): void; info(obj: object, msg: string): void }): Promise<void> {
+  // Every master of a cluster holds part of the journal: each must keep it.
+  if (redis instanceof Cluster) {
+    // Its masters are known once it has read the slots: the first command waits for that.
+    await redis.ping().catch(() => {})
+    const masters = redis.nodes('master')
+    if (masters.length === 0) log.warn({}, 'could not reach the Redis Cluster to read its persistence settings: acknowledged events survive a restart of a master only with appendonly yes on each')
+    for (const node of masters) await checkPersistence(node, log)
+    return
+  }
   let settings: Record<string, string>
   try {
     const flat = (await redis.call('CONFIG', 'GET', 'append*')) as string[]

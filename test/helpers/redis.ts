@@ -16,13 +16,13 @@ const READY_MS = 10_000
  * restarts it on the same `dir` finds what it held.
  */
 export async function startRedis(
-  opts: { port?: number; dir?: string } = {},
+  opts: { port?: number; dir?: string; args?: string[] } = {},
 ): Promise<{ url: string; port: number; dir: string; redis: Redis; stop(): Promise<void>; kill(): Promise<void> }> {
   const port = opts.port ?? (await freePort())
   const dir = opts.dir ?? mkdtempSync(join(tmpdir(), 'burnrate-redis-'))
   const child = spawn(
     REDIS_SERVER,
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'everysec', '--dir', dir, '--daemonize', 'no'],
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'everysec', '--dir', dir, '--daemonize', 'no', ...(opts.args ?? [])],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   )
   const exited = once(child, 'exit')

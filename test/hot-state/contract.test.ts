@@ -13,12 +13,16 @@ import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
 import { agentKeyId } from '../../src/storage/redis-keys.ts'
 import { MINUTE_MS } from '../../src/window.ts'
 import { startRedis } from '../helpers/redis.ts'
+import { startRedisCluster } from '../helpers/redis-cluster.ts'
 
-// One redis-server for this file, started by the first Redis case; each case gets a fresh prefix.
+// One redis-server and one Redis Cluster for this file, started by the first case of each;
+// each case gets a fresh prefix.
 let server: ReturnType<typeof startRedis> | undefined
+let cluster: ReturnType<typeof startRedisCluster> | undefined
 let prefixes = 0
 afterAll(async () => {
   await (await server)?.stop()
+  await (await cluster)?.stop()
 })
 const emptyLoad = async (): Promise<AgentLoad> => ({ minutes: [], seen: [], policy: null, pause: null, ignored: null })
 
@@ -48,6 +52,23 @@ const implementations: Array<[string, (o?: { maxRows?: number }) => Promise<Subj
       const { redis } = await server
       const prefix = `t${++prefixes}:`
       const journal = new RedisJournal({ redis, instance: 'i', partitions: 1, maxRows: o.maxRows ?? 1_000_000, prefix })
+      await journal.register()
+      const hs = new RedisHotState({ redis, prefix, journal, loader: emptyLoad, userAgents: async () => [] })
+      return { hs, journaled: () => drain(journal) }
+    },
+  ],
+  [
+    // Issue 15: the same scripts on a real cluster of three masters with a replica each, the
+    // journal's partitions spread over the masters.
+    'redis cluster + streams',
+    async (o = {}) => {
+      cluster ??= startRedisCluster()
+      const redis = (await cluster).cluster
+      const prefix = `t${++prefixes}:`
+      // The bound is spread over the partitions (maxRows / partitions a stream), and a case's
+      // user writes to one: each stream gets the case's whole bound.
+      const partitions = 8
+      const journal = new RedisJournal({ redis, instance: 'i', partitions, maxRows: (o.maxRows ?? 1_000_000) * partitions, prefix })
       await journal.register()
       const hs = new RedisHotState({ redis, prefix, journal, loader: emptyLoad, userAgents: async () => [] })
       return { hs, journaled: () => drain(journal) }

@@ -7,6 +7,7 @@ import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { JournalFullError, type JournalRow, type JournalSource } from '../../src/journal/types.ts'
 import type { EventRow } from '../../src/storage/events.ts'
 import { startRedis } from '../helpers/redis.ts'
+import { startRedisCluster } from '../helpers/redis-cluster.ts'
 
 /**
  * What every journal must do (issue 8): the embedded segment log and the Redis streams run
@@ -21,9 +22,11 @@ interface Opened {
 }
 
 let redis: ReturnType<typeof startRedis> | undefined
+let cluster: ReturnType<typeof startRedisCluster> | undefined
 let instances = 0
 afterAll(async () => {
   await (await redis)?.stop()
+  await (await cluster)?.stop()
 })
 
 const implementations: Array<[string, (maxRows: number) => Promise<Opened>]> = [
@@ -49,6 +52,21 @@ const implementations: Array<[string, (maxRows: number) => Promise<Opened>]> = [
       const client = (await redis).redis
       const instance = `i${++instances}`
       const make = () => new RedisJournal({ redis: client, instance, partitions: 1, maxRows, prefix: `c${instances}:` })
+      const journal = make()
+      await journal.register()
+      return { journal, reopen: async () => make(), close: async () => {} }
+    },
+  ],
+  [
+    // Issue 15: on a real cluster of three masters with a replica each, the partitions'
+    // streams spread over the masters. The bound is spread over the partitions.
+    'Redis streams on a cluster',
+    async (maxRows) => {
+      cluster ??= startRedisCluster()
+      const client = (await cluster).cluster
+      const instance = `i${++instances}`
+      const partitions = 8
+      const make = () => new RedisJournal({ redis: client, instance, partitions, maxRows: maxRows * partitions, prefix: `c${instances}:` })
       const journal = make()
       await journal.register()
       return { journal, reopen: async () => make(), close: async () => {} }

@@ -1,0 +1,94 @@
+import { randomUUID } from 'node:crypto'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { loadConfig } from '../src/config.ts'
+import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
+import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.ts'
+import { startReceiver, type Receiver } from './helpers/receiver.ts'
+
+/**
+ * Issue 15: two burnrate instances on a real Redis Cluster (three masters with a replica
+ * each, AOF on) and one ClickHouse, as behind a load balancer: exact totals, one pause per
+ * crossing, holds and the fleet across the masters. The contract suites of the hot state and
+ * the journal run on the same kind of cluster (test/hot-state, test/journal).
+ */
+let cluster: RedisCluster
+let a: Harness
+let b: Harness
+let receiver: Receiver
+
+beforeAll(async () => {
+  cluster = await startRedisCluster()
+  const env = { REDIS_CLUSTER_NODES: cluster.seeds.join(','), JOURNAL_LEASE_MS: '900' }
+  a = await startHarness({ env })
+  b = await startHarness({ env, dataDir: a.dataDir })
+  receiver = await startReceiver()
+})
+afterAll(async () => {
+  await b?.close()
+  await a?.close()
+  await receiver?.close()
+  await cluster?.stop()
+})
+
+describe('REDIS_CLUSTER_NODES', () => {
+  it('takes seeds as host:port or redis[s]:// URLs, with one set of credentials, and never with REDIS_URL', () => {
+    expect(loadConfig({ REDIS_CLUSTER_NODES: '10.0.0.1:7000, rediss://u:p%40ss@10.0.0.2:7001' }).redis).toEqual({
+      kind: 'cluster',
+      nodes: [
+        { host: '10.0.0.1', port: 7000 },
+        { host: '10.0.0.2', port: 7001 },
+      ],
+      username: 'u',
+      password: 'p@ss',
+      tls: true,
+    })
+    // An empty variable is an unset one, as for every variable.
+    for (const bad of [' , ', 'nohost', '10.0.0.1:0', '10.0.0.1:70000', 'http://10.0.0.1:7000', 'redis://a:b@h:1,redis://a:c@h:2']) {
+      expect(() => loadConfig({ REDIS_CLUSTER_NODES: bad }), bad).toThrow(/REDIS_CLUSTER_NODES/)
+    }
+    expect(() => loadConfig({ REDIS_CLUSTER_NODES: 'h:1', REDIS_URL: 'redis://h:2' })).toThrow(/not both/)
+  })
+})
+
+describe('two instances, one Redis Cluster', () => {
+  it('count concurrent events of many users exactly, spread over the masters, and pause each agent once', async () => {
+    // Users hash to partitions, and the partitions to the three masters.
+    const users = await Promise.all(Array.from({ length: 6 }, async () => ({ user: unique('u'), key: '' })))
+    for (const u of users) u.key = await a.key(u.user)
+    await Promise.all(users.map((u) => a.post('/config', { agent_id: 'x', cost_threshold_usd: 0.05, alert_at: [], slack_webhook_url: receiver.url }, u.key)))
+    const replies = await Promise.all(users.flatMap((u) => Array.from({ length: 20 }, (_, i) => (i % 2 ? a : b).post('/events', llmCall('x'), u.key))))
+    expect(replies.every((r) => r.statusCode === 200)).toBe(true)
+    for (const u of users) {
+      const detail = (await b.get('/agents/x', u.key)).json()
+      expect(detail).toMatchObject({ llm_calls: 20, is_paused: true, paused_reason: 'budget' })
+      expect(detail.total_cost_usd).toBeCloseTo(20 * LLM_CALL_USD, 9)
+    }
+    await Promise.all([a.services.webhooks.drain(), b.services.webhooks.drain()])
+    // 0.05 / 0.0075: the 7th event of each agent crosses it, whichever instance takes it: one
+    // message per agent (each user's agent x), never two.
+    expect(receiver.messages.filter((m) => m.text.startsWith('burnrate paused agent `x`'))).toHaveLength(users.length)
+  })
+
+  it('grant concurrent holds no more than the budget allows, and settle each once, through both', async () => {
+    const key = await a.key(unique('u'))
+    await a.post('/config', { agent_id: 'g', cost_threshold_usd: 0.1, alert_at: [] }, key)
+    const asks = Array.from({ length: 30 }, (_, i) => (i % 2 ? a : b).post('/holds', { agent_id: 'g', model: 'gpt-4o', input_tokens: 1000, max_output_tokens: 1000 }, key))
+    const granted = (await Promise.all(asks)).map((r) => r.json()).filter((r) => r.allowed)
+    expect(granted).toHaveLength(8) // 8 × 0.0125 = 0.1: the 9th would be over
+    const calls = granted.map((g) => llmCall('g', { event_id: randomUUID(), hold_id: g.hold_id }))
+    await Promise.all(calls.flatMap((c) => [a.post('/events', c, key), b.post('/events', c, key)]))
+    const after = (await a.get('/agents/g', key)).json()
+    expect(after).toMatchObject({ held_usd: 0, llm_calls: 8 })
+  })
+
+  it('show a pause set through one instance on the other, and share the rate limit', async () => {
+    const key = await a.key(unique('u'), { rateLimit: 10 })
+    await a.post('/config/pause', { agent_id: 'p', is_paused: true }, key)
+    expect((await b.post('/events', llmCall('p'), key)).json()).toMatchObject({ paused: true, paused_reason: 'manual' })
+    const statuses = []
+    for (let i = 0; i < 12; i++) statuses.push((await (i % 2 ? a : b).post('/events', llmCall('q'), key)).statusCode)
+    // One was already spent above: 9 more pass, across both instances.
+    expect(statuses.filter((s) => s === 200)).toHaveLength(9)
+    expect(statuses.filter((s) => s === 429)).toHaveLength(3)
+  })
+})

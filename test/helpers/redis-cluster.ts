@@ -1,0 +1,70 @@
+import { execFile } from 'node:child_process'
+import { mkdirSync, mkdtempSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { Cluster } from 'ioredis'
+import { startRedis } from './redis.ts'
+
+const REDIS_CLI = '/usr/bin/redis-cli'
+const READY_MS = 20_000
+
+type Node = Awaited<ReturnType<typeof startRedis>>
+
+export interface RedisCluster {
+  /** host:port of every node, masters and replicas: the seeds a client starts from. */
+  seeds: string[]
+  nodes: Node[]
+  /** A client of the test's own (ioredis Cluster). */
+  cluster: Cluster
+  stop(): Promise<void>
+}
+
+/**
+ * A Redis Cluster of the test file's own (issue 15), from the machine's redis-server: three
+ * masters with one replica each, AOF on, created with `redis-cli --cluster create`, resolved
+ * once every node says cluster_state:ok and every slot is served.
+ */
+export async function startRedisCluster(opts: { masters?: number } = {}): Promise<RedisCluster> {
+  const masters = opts.masters ?? 3
+  const root = mkdtempSync(join(tmpdir(), 'burnrate-cluster-'))
+  const nodes: Node[] = []
+  try {
+    for (let i = 0; i < masters * 2; i++) {
+      const dir = join(root, `node-${i}`)
+      mkdirSync(dir)
+      // A short node timeout: a killed master is failed over within seconds.
+      nodes.push(await startRedis({ dir, args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'] }))
+    }
+    const seeds = nodes.map((n) => `127.0.0.1:${n.port}`)
+    await promisify(execFile)(REDIS_CLI, ['--cluster', 'create', ...seeds, '--cluster-replicas', '1', '--cluster-yes'], { timeout: READY_MS })
+    await ready(nodes)
+    const cluster = new Cluster(
+      nodes.map((n) => ({ host: '127.0.0.1', port: n.port })),
+      { redisOptions: { maxRetriesPerRequest: 1 } },
+    )
+    return {
+      seeds,
+      nodes,
+      cluster,
+      async stop() {
+        cluster.disconnect()
+        await Promise.all(nodes.map((n) => n.stop()))
+      },
+    }
+  } catch (err) {
+    await Promise.all(nodes.map((n) => n.kill()))
+    throw err
+  }
+}
+
+/** Every node agrees the cluster is up, with all 16384 slots assigned, within a deadline. */
+async function ready(nodes: Node[]): Promise<void> {
+  const deadline = Date.now() + READY_MS
+  for (;;) {
+    const infos = await Promise.all(nodes.map((n) => n.redis.call('CLUSTER', 'INFO') as Promise<string>))
+    if (infos.every((i) => i.includes('cluster_state:ok') && i.includes('cluster_slots_ok:16384'))) return
+    if (Date.now() > deadline) throw new Error(`the cluster was not ready within ${READY_MS} ms:\n${infos.join('\n')}`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
