@@ -1,5 +1,6 @@
 import { resolve } from 'node:path'
 import { z } from 'zod'
+import { DEFAULT_PARTITIONS } from './storage/redis-keys.ts'
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
@@ -56,6 +57,11 @@ const envSchema = z.object({
   PAUSE_GRACE_MS: z.coerce.number().int().min(0).default(60_000),
   TRUST_PROXY: bool.default(false),
   METRICS_PORT: port.optional(),
+  // Issue 15: replicas that must hold a write before it is answered (WAIT), and how long to wait.
+  REDIS_WAIT_REPLICAS: z.coerce.number().int().min(0).max(16).default(0),
+  REDIS_WAIT_TIMEOUT_MS: positiveInt.default(1000),
+  // Issue 15: the partitions users are spread over (each a hash tag: a cluster slot); fixed per deployment.
+  REDIS_PARTITIONS: z.coerce.number().int().min(1).max(16384).default(DEFAULT_PARTITIONS),
 }).superRefine((e, ctx) => {
   if (e.REDIS_URL && e.REDIS_CLUSTER_NODES) ctx.addIssue({ code: 'custom', path: ['REDIS_CLUSTER_NODES'], message: 'set REDIS_URL (one Redis) or REDIS_CLUSTER_NODES (a cluster), not both' })
 })
@@ -105,6 +111,9 @@ export interface Config {
   readonly clickhouseDatabase: string
   /** The shared hot state and journal: one Redis (REDIS_URL) or a cluster (REDIS_CLUSTER_NODES); none: in process. */
   readonly redis?: RedisTarget
+  /** With `redis`: replicas to wait for (0: none), the partitions (slots) users are spread over. */
+  readonly redisWait: { readonly replicas: number; readonly timeoutMs: number }
+  readonly redisPartitions: number
   readonly logLevel: string
   readonly pricesFile?: string
   readonly rateLimits: { readonly events: number; readonly reads: number; readonly config: number }
@@ -150,6 +159,8 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
       ? { kind: 'server' as const, url: e.CLICKHOUSE_URL, username: e.CLICKHOUSE_USER, password: e.CLICKHOUSE_PASSWORD }
       : { kind: 'embedded' as const, path: resolve(dataDir, 'clickhouse') },
     clickhouseDatabase: e.CLICKHOUSE_DATABASE,
+    redisWait: { replicas: e.REDIS_WAIT_REPLICAS, timeoutMs: e.REDIS_WAIT_TIMEOUT_MS },
+    redisPartitions: e.REDIS_PARTITIONS,
     redis: e.REDIS_URL ? { kind: 'single' as const, url: e.REDIS_URL } : e.REDIS_CLUSTER_NODES ? { kind: 'cluster' as const, ...e.REDIS_CLUSTER_NODES } : undefined,
     logLevel: e.LOG_LEVEL,
     pricesFile: e.PRICES_FILE,

@@ -31,7 +31,6 @@ import { agentTotals } from './storage/events.ts'
 import { migrate } from './storage/migrations.ts'
 import { Cluster } from 'ioredis'
 import { checkPersistence, createRedis, KEY_REVOKED_CHANNEL, watch, type RedisClient } from './storage/redis.ts'
-import { DEFAULT_PARTITIONS } from './storage/redis-keys.ts'
 import { windowStartMs } from './window.ts'
 
 export interface Services {
@@ -86,7 +85,14 @@ export async function openServices(
         },
       })
   const redisJournal = redis
-    ? new RedisJournal({ redis, instance: randomUUID(), partitions: DEFAULT_PARTITIONS, maxRows: config.journal.maxRows, leaseMs: config.journal.leaseMs })
+    ? new RedisJournal({
+        redis,
+        instance: randomUUID(),
+        partitions: config.redisPartitions,
+        maxRows: config.journal.maxRows,
+        leaseMs: config.journal.leaseMs,
+        replicaWait: config.redisWait,
+      })
     : null
   if (redis && redisJournal) {
     await checkPersistence(redis, log)
@@ -102,6 +108,7 @@ export async function openServices(
       loader: agentLoader(clickhouse),
       userAgents: async (userId, now) => (await agentTotals(clickhouse, userId, windowStartMs(now))).map((t) => t.agent_id),
       graceMs: config.pauseGraceMs,
+      replicaWait: config.redisWait,
     })
   const metrics = createMetrics({ journal: segmentLog ?? redisJournal!, agents: () => memory?.size ?? Number.NaN })
   const webhooks = new WebhookNotifier({

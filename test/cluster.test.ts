@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { loadConfig } from '../src/config.ts'
+import { agentKeyId, partitionOf, partitionTag } from '../src/storage/redis-keys.ts'
 import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.ts'
 import { startReceiver, type Receiver } from './helpers/receiver.ts'
@@ -90,5 +91,57 @@ describe('two instances, one Redis Cluster', () => {
     // One was already spent above: 9 more pass, across both instances.
     expect(statuses.filter((s) => s === 200)).toHaveLength(9)
     expect(statuses.filter((s) => s === 429)).toHaveLength(3)
+  })
+})
+
+describe('REDIS_WAIT_REPLICAS (issue 15)', () => {
+  /** The agent's state hash as the replica of its slot's master holds it (READONLY). */
+  async function onReplica(userId: string, agentId: string): Promise<Record<string, string>> {
+    const key = `br:${partitionTag(partitionOf(userId, 16))}:hs:${agentKeyId(userId, agentId)}:a`
+    const slot = Number(await cluster.cluster.call('CLUSTER', 'KEYSLOT', key))
+    const ranges = (await cluster.cluster.call('CLUSTER', 'SLOTS')) as Array<[number, number, ...Array<[string, number, string]>]>
+    const [, , , replica] = ranges.find(([from, to]) => slot >= from && slot <= to)!
+    const node = cluster.nodes.find((n) => n.port === replica![1])!
+    await node.redis.call('READONLY')
+    return node.redis.hgetall(key)
+  }
+
+  it('answers a write only once a replica holds it: every acknowledged event is on the replica at once', async () => {
+    const c = await startHarness({ env: { REDIS_CLUSTER_NODES: cluster.seeds.join(','), REDIS_WAIT_REPLICAS: '1' }, dataDir: a.dataDir })
+    try {
+      const user = unique('u')
+      const key = await c.key(user)
+      for (let i = 1; i <= 10; i++) {
+        expect((await c.post('/events', llmCall('w'), key)).statusCode).toBe(200)
+        expect((await onReplica(user, 'w')).calls).toBe(String(i))
+      }
+    } finally {
+      await c.close()
+    }
+  })
+
+  it('answers 503 when fewer replicas confirm in time, and the retry counts the event once', async () => {
+    // Each master has one replica: two never confirm.
+    const d = await startHarness({ env: { REDIS_CLUSTER_NODES: cluster.seeds.join(','), REDIS_WAIT_REPLICAS: '2', REDIS_WAIT_TIMEOUT_MS: '50' }, dataDir: a.dataDir })
+    try {
+      const key = await d.key(unique('u'))
+      const call = llmCall('r', { event_id: randomUUID() })
+      for (let i = 0; i < 3; i++) {
+        const res = await d.post('/events', call, key)
+        expect(res.statusCode).toBe(503)
+        expect(res.json()).toMatchObject({ code: 'store_unavailable' })
+        expect(res.headers['retry-after']).toBeDefined()
+      }
+      // The write itself was made (the master has it, one replica too), and each retry was a
+      // repeat: counted once, not three times.
+      expect((await a.get('/agents/r', key)).json()).toMatchObject({ llm_calls: 1 })
+      expect((await a.post('/events', call, key)).json()).toMatchObject({ duplicate: true })
+    } finally {
+      await d.close()
+    }
+  })
+
+  it('refuses to start with another partition count than Redis was written with', async () => {
+    await expect(startHarness({ env: { REDIS_CLUSTER_NODES: cluster.seeds.join(','), REDIS_PARTITIONS: '32' }, dataDir: a.dataDir })).rejects.toThrow(/REDIS_PARTITIONS is 32.*written with 16/)
   })
 })

@@ -7,6 +7,7 @@ import { JournalFullError } from '../journal/types.ts'
 import { toChDateTime } from '../storage/clickhouse.ts'
 import { configRow, shownConfig } from '../storage/configs.ts'
 import { redisFailure } from '../storage/failures.ts'
+import { NO_REPLICA_WAIT, durably, type ReplicaWait } from '../storage/redis.ts'
 import { agentKeyId, eventFingerprint, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../window.ts'
 import { exhaustionAt, type Spend } from './projection.ts'
@@ -53,6 +54,8 @@ export interface RedisHotStateOptions {
   prefix?: string
   /** How long after a pause an llm_call may still arrive unflagged (issue 13). */
   graceMs?: number
+  /** Replicas that must hold a write before it is answered (issue 15); none by default. */
+  replicaWait?: ReplicaWait
 }
 
 /**
@@ -74,6 +77,7 @@ export class RedisHotState implements HotState {
   readonly #loader: AgentLoader
   readonly #userAgents: UserAgentsLoader
   readonly #graceMs: number
+  readonly #replicaWait: ReplicaWait
   // One loader call in flight per agent (and per user index) in this process; other
   // instances are kept from double counting by load.lua, which installs only once.
   readonly #loading = new Map<string, Promise<void>>()
@@ -88,6 +92,7 @@ export class RedisHotState implements HotState {
     this.#loader = opts.loader
     this.#userAgents = opts.userAgents
     this.#graceMs = opts.graceMs ?? DEFAULT_IGNORE_GRACE_MS
+    this.#replicaWait = opts.replicaWait ?? NO_REPLICA_WAIT
     for (const [name, { lua, keys }] of Object.entries(SCRIPTS)) {
       opts.redis.defineCommand(name, { lua, numberOfKeys: keys })
     }
@@ -97,8 +102,8 @@ export class RedisHotState implements HotState {
   async record(e: RecordEvent, now: number): Promise<RecordResult> {
     const fleetRef = fleetOf(e.userId)
     const fleet = this.#keys(fleetRef)
-    const reply = (await this.#agentScript(e, now, (k, head) =>
-      this.#scripts.burnrateRecord(
+    const reply = (await this.#agentScript(e, now, DURABLE, (s, k, head) =>
+      s.burnrateRecord(
         ...withFleet(k, fleet),
         ...head,
         String(e.costNano),
@@ -148,7 +153,7 @@ export class RedisHotState implements HotState {
 
   /** get(), and the projection's reads only `withSpend` (a listing of 10,000 agents has no use for them). */
   async #read(ref: AgentRef, now: number, withSpend: boolean): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
-    const [s, t, spend] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateGet(...k, ...k.holds, ...head, withSpend ? 1 : 0))) as GetReply
+    const [s, t, spend] = (await this.#agentScript(ref, now, !DURABLE, (c, k, head) => c.burnrateGet(...k, ...k.holds, ...head, withSpend ? 1 : 0))) as GetReply
     const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt, vlimit, vwindow, since, ignSince, ignCalls, ignNano, ignFlag, held] = s
     return {
       snapshot: {
@@ -202,8 +207,8 @@ export class RedisHotState implements HotState {
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null> {
     // The script appends the config it replaces (it alone knows it at that moment): "replaced" is left out here.
     const row = configRow(ref, policy, now, actor)
-    const [t] = (await this.#agentScript(ref, now, (k, head) =>
-      this.#scripts.burnrateSetPolicy(
+    const [t] = (await this.#agentScript(ref, now, DURABLE, (s, k, head) =>
+      s.burnrateSetPolicy(
         ...k,
         ...head,
         String(policy.thresholdNano),
@@ -221,7 +226,7 @@ export class RedisHotState implements HotState {
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null> {
-    const [t] = (await this.#agentScript(ref, now, (k, head) => this.#scripts.burnrateSetPaused(...k, ...k.holds, ...head, paused ? 1 : 0, actor))) as [
+    const [t] = (await this.#agentScript(ref, now, DURABLE, (s, k, head) => s.burnrateSetPaused(...k, ...k.holds, ...head, paused ? 1 : 0, actor))) as [
       TransitionReply | false,
     ]
     return t ? transitionOf(ref, now, t, actor) : null
@@ -230,8 +235,9 @@ export class RedisHotState implements HotState {
   async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
     const fleetRef = fleetOf(ref.userId)
     const fleet = this.#keys(fleetRef)
-    const reply = (await this.#agentScript(ref, now, (k, head) =>
-      this.#scripts.burnrateHold(
+    // Holds are hot state only: a failover may lose one, never an event. No replica waits.
+    const reply = (await this.#agentScript(ref, now, !DURABLE, (s, k, head) =>
+      s.burnrateHold(
         ...withFleet(k, fleet),
         ...head,
         request.holdId,
@@ -276,10 +282,12 @@ export class RedisHotState implements HotState {
    * not loaded is loaded and the script runs once more; a journal taken over by another
    * instance is rejoined under a new id and the script runs again; the bound is a 503.
    */
-  async #agentScript(ref: AgentRef, now: number, call: (keys: AgentKeys, head: ScriptHead) => Promise<unknown>): Promise<unknown> {
+  async #agentScript(ref: AgentRef, now: number, durable: boolean, call: (scripts: Scripts, keys: AgentKeys, head: ScriptHead) => unknown): Promise<unknown> {
+    const wait = durable ? this.#replicaWait : NO_REPLICA_WAIT
     for (let attempt = 0; ; attempt++) {
       const instance = this.#journal.instance
-      const reply = await unavailableOnError(() => call(this.#keys(ref), this.#head(ref, now)))
+      // The script is issued on the client, or on a pipeline whose WAIT follows it (durably).
+      const reply = await unavailableOnError(() => durably(this.#redis, wait, (c) => call(c as unknown as Scripts, this.#keys(ref), this.#head(ref, now)), wroteState))
       if (reply === FENCED && attempt < 4) {
         await this.#journal.rejoin(instance)
         continue
@@ -420,6 +428,12 @@ type ScriptHead = [number, number, string, number, string, string, string]
 
 /** Keys live 25 h after an agent's last write: longer than the window, so only idle agents expire. */
 const AGENT_TTL_MS = 25 * 60 * 60 * 1000
+
+/** The scripts' control answers (NEEDS_LOAD, FENCED, FULL, …) are strings, and come before any write that matters. */
+const wroteState = (reply: unknown) => typeof reply !== 'string'
+
+/** Whether a script's write must be on the replicas before it is answered (replicaWait). */
+const DURABLE = true
 
 const NEEDS_LOAD = 'NEEDS_LOAD'
 const NEEDS_FLEET_LOAD = 'NEEDS_FLEET_LOAD'

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
+import { NO_REPLICA_WAIT, durably, type ReplicaWait } from '../storage/redis.ts'
 import { partitionOf, partitionTag } from '../storage/redis-keys.ts'
 import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalRow, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
 
@@ -29,6 +30,11 @@ export interface RedisJournalOptions {
   /** Unshipped rows at most, over all partitions (each stream holds its share). */
   maxRows: number
   prefix?: string
+  /**
+   * Replicas that must hold a batch's intent before its INSERT (issue 15): an intent a failover
+   * lost would let the batch be shipped again under another token, stored twice.
+   */
+  replicaWait?: ReplicaWait
   /** How long ownership holds without a renew() (default 10 s). */
   leaseMs?: number
 }
@@ -41,6 +47,14 @@ export class JournalFencedError extends Error {
   }
 }
 
+/** An instance started with another partition count than Redis's data was written with. */
+export class PartitionCountError extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'PartitionCountError'
+  }
+}
+
 export class RedisJournal implements JournalSource {
   readonly #o: Required<RedisJournalOptions>
   readonly #scripts: Scripts
@@ -48,7 +62,7 @@ export class RedisJournal implements JournalSource {
   #rejoining: Promise<void> | null = null
 
   constructor(o: RedisJournalOptions) {
-    this.#o = { ...o, prefix: o.prefix ?? 'br:', caller: o.caller ?? o.instance, leaseMs: o.leaseMs ?? 10_000 }
+    this.#o = { ...o, prefix: o.prefix ?? 'br:', caller: o.caller ?? o.instance, leaseMs: o.leaseMs ?? 10_000, replicaWait: o.replicaWait ?? NO_REPLICA_WAIT }
     if (/[{}]/.test(this.#o.prefix)) throw new Error(`journal prefix must not contain braces: ${this.#o.prefix}`)
     for (const [name, { lua, keys }] of Object.entries(SCRIPTS)) this.#o.redis.defineCommand(name, { lua, numberOfKeys: keys })
     this.#scripts = this.#o.redis as unknown as Scripts
@@ -69,8 +83,18 @@ export class RedisJournal implements JournalSource {
     return Math.ceil(this.#o.maxRows / this.#o.partitions)
   }
 
-  /** Makes this instance the owner of its journal (at start-up, under a new id). */
+  /**
+   * Makes this instance the owner of its journal (at start-up, under a new id). The first
+   * instance records the partition count in Redis; one started with another count refuses
+   * to run: it would put a user's keys and rows in other slots than the rest (issue 15).
+   */
   async register(): Promise<void> {
+    const key = `${this.#o.prefix}partitions`
+    await this.#o.redis.set(key, this.#o.partitions, 'NX')
+    const recorded = Number(await this.#o.redis.get(key))
+    if (recorded !== this.#o.partitions) {
+      throw new PartitionCountError(`REDIS_PARTITIONS is ${this.#o.partitions}, and the hot state in Redis was written with ${recorded}: every instance must run with ${recorded} (see the README on changing it)`)
+    }
     await this.renew()
   }
 
@@ -190,7 +214,10 @@ export class RedisJournal implements JournalSource {
     }
     await this.#refreshBacklog(oldestAt)
     if (entries.length === 0) return null
-    const [state, token] = (await this.#scripts.burnrateJournalBegin(this.#shipKey, this.#o.caller, JSON.stringify(ranges))) as [string, string?]
+    const [state, token] = (await durably(this.#o.redis, this.#o.replicaWait, (c) =>
+      (c as unknown as Scripts).burnrateJournalBegin(this.#shipKey, this.#o.caller, JSON.stringify(ranges)),
+      (reply) => (reply as string[])[0] === 'OK',
+    )) as [string, string?]
     if (state === 'FENCED') throw new JournalFencedError(this.#o.instance)
     if (state !== 'OK') throw new Error(`journal ${this.#o.instance}: begin answered ${state}`)
     return { token: token!, entries }

@@ -1,5 +1,6 @@
-import { Cluster, Redis } from 'ioredis'
+import { Cluster, Redis, type ChainableCommander } from 'ioredis'
 import type { RedisTarget } from '../config.ts'
+import { StoreUnavailableError } from '../errors.ts'
 
 /** One Redis, or a Redis Cluster (issue 15): the same code paths run on either. */
 export type RedisClient = Redis | Cluster
@@ -31,6 +32,48 @@ export function createRedis(target: RedisTarget, log: { warn(obj: object, msg: s
         })
   watch(redis, log)
   return redis
+}
+
+/**
+ * How many replicas must hold a write before it is answered (REDIS_WAIT_REPLICAS, issue 15).
+ * Redis replicates asynchronously: a master that fails over right after answering may take
+ * its last writes with it. With `replicas` > 0 each durable write is followed by WAIT on the
+ * same connection (the node that ran it), and one that fewer replicas confirm within
+ * `timeoutMs` is answered 503: its retry is a repeat (event ids), so nothing is counted twice.
+ */
+export interface ReplicaWait {
+  replicas: number
+  timeoutMs: number
+}
+
+export const NO_REPLICA_WAIT: ReplicaWait = Object.freeze({ replicas: 0, timeoutMs: 0 })
+
+/**
+ * Runs a write that must survive a failover: `queue` issues it on the client (no wait) or on
+ * a pipeline followed by WAIT, which a cluster sends to the node of the write's slot. Answers
+ * the write's reply; a reply `wrote` says wrote nothing (a script that answered "load the
+ * agent first") is answered whatever the replicas said. WAIT covers every earlier write of
+ * the connection too: a repeat confirms its first write.
+ */
+export async function durably(
+  redis: RedisClient,
+  wait: ReplicaWait,
+  queue: (c: RedisClient | ChainableCommander) => unknown,
+  wrote: (reply: unknown) => boolean,
+): Promise<unknown> {
+  if (wait.replicas === 0) return queue(redis)
+  const pipeline = redis.pipeline()
+  queue(pipeline)
+  pipeline.wait(wait.replicas, wait.timeoutMs)
+  const results = (await pipeline.exec()) ?? []
+  const [[err, reply] = [null, null], [waitErr, acked] = [null, 0]] = results
+  if (err) throw err
+  if (!wrote(reply)) return reply
+  if (waitErr) throw waitErr
+  if (Number(acked) < wait.replicas) {
+    throw new StoreUnavailableError('Redis', `${String(acked)} of ${wait.replicas} replicas confirmed the write within ${wait.timeoutMs} ms (REDIS_WAIT_REPLICAS): retry it`)
+  }
+  return reply
 }
 
 /** Logs a connection's errors (ioredis reconnects by itself) once per outage, not per retry. */

@@ -33,8 +33,11 @@ export async function startRedisCluster(opts: { masters?: number } = {}): Promis
     for (let i = 0; i < masters * 2; i++) {
       const dir = join(root, `node-${i}`)
       mkdirSync(dir)
-      // A short node timeout: a killed master is failed over within seconds.
-      nodes.push(await startRedis({ dir, args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000'] }))
+      // A short node timeout: a killed master is failed over within seconds. A replica syncs
+      // at once (a diskless sync waits 5 s by default for more replicas to join it).
+      nodes.push(
+        await startRedis({ dir, args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--repl-diskless-sync-delay', '0'] }),
+      )
     }
     const seeds = nodes.map((n) => `127.0.0.1:${n.port}`)
     await promisify(execFile)(REDIS_CLI, ['--cluster', 'create', ...seeds, '--cluster-replicas', '1', '--cluster-yes'], { timeout: READY_MS })
@@ -58,12 +61,16 @@ export async function startRedisCluster(opts: { masters?: number } = {}): Promis
   }
 }
 
-/** Every node agrees the cluster is up, with all 16384 slots assigned, within a deadline. */
+/**
+ * Every node agrees the cluster is up, with all 16384 slots assigned, and every replica's
+ * link to its master is up (a write can be confirmed by it), within a deadline.
+ */
 async function ready(nodes: Node[]): Promise<void> {
   const deadline = Date.now() + READY_MS
   for (;;) {
-    const infos = await Promise.all(nodes.map((n) => n.redis.call('CLUSTER', 'INFO') as Promise<string>))
-    if (infos.every((i) => i.includes('cluster_state:ok') && i.includes('cluster_slots_ok:16384'))) return
+    const infos = await Promise.all(nodes.map(async (n) => `${(await n.redis.call('CLUSTER', 'INFO')) as string}\n${await n.redis.info('replication')}`))
+    const up = (i: string) => i.includes('cluster_state:ok') && i.includes('cluster_slots_ok:16384') && (i.includes('role:master') || i.includes('master_link_status:up'))
+    if (infos.every(up)) return
     if (Date.now() > deadline) throw new Error(`the cluster was not ready within ${READY_MS} ms:\n${infos.join('\n')}`)
     await new Promise((r) => setTimeout(r, 100))
   }
