@@ -57,7 +57,9 @@ export function clickhouseCode(err: unknown): number | null {
  * cannot do the work now: loading its data, busy with a script, read-only or down during a
  * failover, out of memory. Other replies (ERR from a script, WRONGTYPE) are defects.
  */
-const TRANSIENT_REDIS_REPLIES: ReadonlySet<string> = new Set(['LOADING', 'BUSY', 'MASTERDOWN', 'READONLY', 'TRYAGAIN', 'CLUSTERDOWN', 'OOM', 'NOREPLICAS', 'MISCONF'])
+// MOVED and ASK reach us only when the cluster client could not follow them itself (a pipeline
+// caught mid-failover, issue 15): it has refreshed its slots, and a retry goes to the new master.
+const TRANSIENT_REDIS_REPLIES: ReadonlySet<string> = new Set(['LOADING', 'BUSY', 'MASTERDOWN', 'READONLY', 'TRYAGAIN', 'CLUSTERDOWN', 'OOM', 'NOREPLICAS', 'MISCONF', 'MOVED', 'ASK'])
 
 /** What a failed Redis call means (see clickhouseFailure). ioredis raises a ReplyError for an error reply. */
 export function redisFailure(err: unknown): Error {

@@ -21,7 +21,10 @@ export function createRedis(target: RedisTarget, log: { warn(obj: object, msg: s
     target.kind === 'single'
       ? new Redis(target.url, { ...connection, enableAutoPipelining: true, retryStrategy: backoff })
       : new Cluster([...target.nodes], {
-          enableAutoPipelining: true,
+          // Off on a cluster: commands auto-pipelined to a master that failed over kept coming
+          // back MOVED instead of following the redirection, and burnrate never recovered
+          // (test/cluster-failover.test.ts, ioredis 5); sent one by one they are redirected.
+          enableAutoPipelining: false,
           clusterRetryStrategy: backoff,
           redisOptions: {
             ...connection,

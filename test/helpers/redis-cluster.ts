@@ -7,6 +7,9 @@ import { Cluster } from 'ioredis'
 import { startRedis } from './redis.ts'
 
 const REDIS_CLI = '/usr/bin/redis-cli'
+// A short node timeout: a killed master is failed over within seconds. A replica syncs at
+// once (a diskless sync waits 5 s by default for more replicas to join it).
+const NODE_ARGS = ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--repl-diskless-sync-delay', '0']
 const READY_MS = 20_000
 
 type Node = Awaited<ReturnType<typeof startRedis>>
@@ -17,6 +20,8 @@ export interface RedisCluster {
   nodes: Node[]
   /** A client of the test's own (ioredis Cluster). */
   cluster: Cluster
+  /** Starts a node that was killed again, on its port and data: it rejoins (a master that was failed over, as a replica). */
+  restart(node: Node): Promise<Node>
   stop(): Promise<void>
 }
 
@@ -33,11 +38,7 @@ export async function startRedisCluster(opts: { masters?: number } = {}): Promis
     for (let i = 0; i < masters * 2; i++) {
       const dir = join(root, `node-${i}`)
       mkdirSync(dir)
-      // A short node timeout: a killed master is failed over within seconds. A replica syncs
-      // at once (a diskless sync waits 5 s by default for more replicas to join it).
-      nodes.push(
-        await startRedis({ dir, args: ['--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '2000', '--repl-diskless-sync-delay', '0'] }),
-      )
+      nodes.push(await startRedis({ dir, args: NODE_ARGS }))
     }
     const seeds = nodes.map((n) => `127.0.0.1:${n.port}`)
     await promisify(execFile)(REDIS_CLI, ['--cluster', 'create', ...seeds, '--cluster-replicas', '1', '--cluster-yes'], { timeout: READY_MS })
@@ -50,6 +51,11 @@ export async function startRedisCluster(opts: { masters?: number } = {}): Promis
       seeds,
       nodes,
       cluster,
+      async restart(node) {
+        const again = await startRedis({ port: node.port, dir: node.dir, args: NODE_ARGS })
+        nodes[nodes.indexOf(node)] = again
+        return again
+      },
       async stop() {
         cluster.disconnect()
         await Promise.all(nodes.map((n) => n.stop()))

@@ -65,10 +65,15 @@ export async function startRedis(
     dir,
     redis,
     async stop() {
-      await redis.quit().catch(() => {})
+      await Promise.race([redis.quit().catch(() => {}), new Promise((r) => setTimeout(r, 2000).unref())])
+      redis.disconnect()
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGTERM')
+        // A master waits for its replicas on SIGTERM (shutdown-timeout); one whose replica is
+        // stopping beside it may not get there: it has had its chance to write its AOF.
+        const late = setTimeout(() => child.kill('SIGKILL'), 15_000)
         await exited
+        clearTimeout(late)
       }
     },
     /** kill -9: Redis gets no chance to write anything more; a restart on `dir` replays its AOF. */
