@@ -4,11 +4,12 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { partitionOf, partitionTag } from '../src/storage/redis-keys.ts'
-import { llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
+import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.ts'
 
 /**
- * Issue 15: a master killed -9 under load and its replica promoted. Clients retry what was
+ * Issue 15: a slot migrating to another master under load, and a master killed -9 under load
+ * and its replica promoted. Clients retry what was
  * refused (503) with the same event_id, as the client libraries do. With REDIS_WAIT_REPLICAS=1
  * nothing acknowledged is lost and nothing is stored twice; without it, what a failover
  * loses is measured and reported (replication is asynchronous), and still nothing twice.
@@ -104,5 +105,58 @@ describe('a master killed -9 under load (issue 15)', () => {
     console.log(`failover without REDIS_WAIT_REPLICAS: ${r.lost} of ${r.acked} acknowledged events lost`)
     expect(r.twice).toBe(0)
     expect(r.acked).toBe(400)
+  }, 120_000)
+})
+
+/** Moves one slot from the master serving it to another, key by key, as `redis-cli --cluster reshard` does. */
+async function migrateSlot(cluster: RedisCluster, slot: number, onKeysMoved: () => void): Promise<number> {
+  const ids = new Map<number, string>()
+  for (const n of cluster.nodes) ids.set(n.port, ((await n.redis.call('CLUSTER', 'MYID')) as string).trim())
+  const ranges = (await cluster.cluster.call('CLUSTER', 'SLOTS')) as Array<[number, number, [string, number, string]]>
+  const [, , [, fromPort]] = ranges.find(([from, to]) => slot >= from && slot <= to)!
+  const [, , [, toPort]] = ranges.find(([, , [, port]]) => port !== fromPort)!
+  const from = cluster.nodes.find((n) => n.port === fromPort)!
+  const to = cluster.nodes.find((n) => n.port === toPort)!
+  await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', ids.get(fromPort)!)
+  await from.redis.call('CLUSTER', 'SETSLOT', slot, 'MIGRATING', ids.get(toPort)!)
+  for (;;) {
+    const keys = (await from.redis.call('CLUSTER', 'GETKEYSINSLOT', slot, 10)) as string[]
+    if (keys.length === 0) break
+    await from.redis.call('MIGRATE', '127.0.0.1', toPort, '', 0, 5000, 'KEYS', ...keys)
+    onKeysMoved()
+  }
+  for (const n of cluster.nodes) await n.redis.call('CLUSTER', 'SETSLOT', slot, 'NODE', ids.get(toPort)!).catch(() => {})
+  return toPort
+}
+
+describe('a slot migrating to another master under load (issue 15)', () => {
+  it('counts every event once, exactly, while the keys of the user\'s partition move', async () => {
+    const cluster = await startRedisCluster()
+    running.push(cluster)
+    const h = await startHarness({ dataDir, env: { REDIS_CLUSTER_NODES: cluster.seeds.join(','), EVENTS_RATE_LIMIT: '1000000' } })
+    running.push({ stop: () => h.close() })
+    const user = unique('u')
+    const key = await h.key(user)
+    const slot = Number(await cluster.cluster.call('CLUSTER', 'KEYSLOT', partitionTag(partitionOf(user, 16))))
+    let migration: Promise<number> | null = null
+    let batches = 0
+    let ackedSoFar = 0
+    let ackedWhenMoved = 0
+    const acked = await load(h, key, 400, (n) => {
+      ackedSoFar = n
+      if (n === 100) migration = migrateSlot(cluster, slot, () => batches++).then((port) => ((ackedWhenMoved = ackedSoFar), port))
+    })
+    const toPort = await migration!
+    // The keys moved in batches while events came in, and events came after the slot moved.
+    expect(batches).toBeGreaterThan(0)
+    expect(ackedWhenMoved).toBeGreaterThan(100)
+    expect(ackedWhenMoved).toBeLessThan(400)
+    expect((await masterOf(cluster, user)).port).toBe(toPort)
+    const detail = (await h.get('/agents/x', key)).json()
+    expect(detail).toMatchObject({ llm_calls: 400 })
+    expect(detail.total_cost_usd).toBeCloseTo(400 * LLM_CALL_USD, 9)
+    const rows = await stored(h, user)
+    expect(acked.filter((id) => rows.get(id) !== 1)).toEqual([])
+    expect(rows.size).toBe(400)
   }, 120_000)
 })
