@@ -23,7 +23,7 @@ export function createRedis(target: RedisTarget, log: { warn(obj: object, msg: s
       : new Cluster([...target.nodes], {
           // Off on a cluster: commands auto-pipelined to a master that failed over kept coming
           // back MOVED instead of following the redirection, and burnrate never recovered
-          // (test/cluster-failover.test.ts, ioredis 5); sent one by one they are redirected.
+          // (test/cluster-faults.test.ts, ioredis 5); sent one by one they are redirected.
           enableAutoPipelining: false,
           clusterRetryStrategy: backoff,
           redisOptions: {
