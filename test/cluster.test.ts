@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { loadConfig } from '../src/config.ts'
 import { agentKeyId, partitionOf, partitionTag } from '../src/storage/redis-keys.ts'
-import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
+import { LLM_CALL_USD, eventually, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.ts'
 import { startReceiver, type Receiver } from './helpers/receiver.ts'
 
@@ -80,6 +80,13 @@ describe('two instances, one Redis Cluster', () => {
     await Promise.all(calls.flatMap((c) => [a.post('/events', c, key), b.post('/events', c, key)]))
     const after = (await a.get('/agents/g', key)).json()
     expect(after).toMatchObject({ held_usd: 0, llm_calls: 8 })
+  })
+
+  it('stop a key revoked through one instance on the other at once (PUBLISH across the cluster bus)', async () => {
+    const created = await a.services.keys.create(unique('u'))
+    expect((await b.post('/events', llmCall('k'), created.key)).statusCode).toBe(200) // b caches it
+    await a.services.keys.revoke(created.record.keyId)
+    await eventually(async () => ((await b.post('/events', llmCall('k'), created.key)).statusCode === 401 ? true : undefined), 1000)
   })
 
   it('show a pause set through one instance on the other, and share the rate limit', async () => {
