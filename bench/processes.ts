@@ -336,3 +336,8 @@ export function cutOff(c: Counts): number {
   return Math.max(0, c.sent - c.ok - c.non2xx - c.errors)
 }
 
+/** A phase's non-2xx responses, connection errors and timeouts, its warmup's included. */
+export function failures(s: LoadSummary): number {
+  return s.non2xx + s.errors + (s.warmup ? s.warmup.non2xx + s.warmup.errors : 0)
+}
+

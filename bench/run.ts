@@ -12,7 +12,11 @@
  *      then a fixed rate of half the warm saturation throughput;
  *   3. prints every phase and the ratios burnrate/ceiling;
  *   4. checks that the events burnrate acknowledged are the ones it stores (GET /agents),
- *      and that no request failed; exits 1 if not.
+ *      and that no request failed; exits 1 if not;
+ *   5. unless BENCH_REDIS_URL is set, the Redis hot state (bench/redis-mode.ts): REDIS_URL on
+ *      a redis-server of the run's own, then REDIS_CLUSTER_NODES on a Redis Cluster of its
+ *      own, without and with REDIS_WAIT_REPLICAS=1, each with the same checks;
+ *   6. history and the write path through an outage; every figure to bench/results.
  *
  * Options (argv wins over env): --connections / BENCH_CONNECTIONS (50), --duration /
  * BENCH_DURATION seconds per timed phase (10), --warmup / BENCH_WARMUP seconds (2), --agents /
@@ -32,9 +36,9 @@ import { parseArgs } from 'node:util'
 import { summarizeProfile } from './cpu-profile.ts'
 import { history, historyFigures, historyTable } from './history.ts'
 import { markdown, writeResults, type Figure } from './results.ts'
-import { redisMode, type RedisModeResult } from './redis-mode.ts'
+import { clusterMode, redisMode, type ClusterModeResult, type RedisModeResult, type StoreRunResult } from './redis-mode.ts'
 import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
-import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, getJson, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
+import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, failures, getJson, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, type LoadSummary } from './load.ts'
 
 
@@ -42,7 +46,7 @@ import { DEFAULT_AGENTS, type LoadSummary } from './load.ts'
 const CEILING_KEY = `br_000000000000_${'x'.repeat(43)}`
 
 /** burnrate settings that would point the bench at other stores or change what it measures. */
-const STRIPPED_ENV = ['CLICKHOUSE_URL', 'CLICKHOUSE_USER', 'CLICKHOUSE_PASSWORD', 'CLICKHOUSE_DATABASE', 'REDIS_URL', 'PRICES_FILE']
+const STRIPPED_ENV = ['CLICKHOUSE_URL', 'CLICKHOUSE_USER', 'CLICKHOUSE_PASSWORD', 'CLICKHOUSE_DATABASE', 'REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_WAIT_REPLICAS', 'PRICES_FILE']
 /** burnrate settings passed through from the environment (printed when set). */
 const PASSED_ENV = ['JOURNAL_FSYNC', 'JOURNAL_MAX_ROWS', 'JOURNAL_LEASE_MS', 'SHIP_INTERVAL_MS', 'SHIP_MAX_ROWS', 'KEY_CACHE_TTL_MS', 'EVENTS_RATE_LIMIT', 'READS_RATE_LIMIT']
 
@@ -109,13 +113,6 @@ function writePath(before: Map<string, number>, after: Map<string, number>, seco
   const lagP99 = shipped ? bucketQuantile(before, after, 'burnrate_ship_lag_seconds', 0.99) : 'n/a'
   const source = shipped ? 'the journal shipper' : 'none in this phase'
   return { insertsPerSec: inserts / seconds, lagP99, source }
-}
-
-// ---------------------------------------------------------------------------------------
-// The correctness check
-
-function failures(s: LoadSummary): number {
-  return s.non2xx + s.errors + (s.warmup ? s.warmup.non2xx + s.warmup.errors : 0)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -315,30 +312,75 @@ async function main(): Promise<number> {
     console.log(`check: ${failed === 0 ? 'ok ' : 'FAIL'} ${fmt(failed)} non-2xx responses or errors (all phases, warmups included)`)
     console.log(`check: ${heldOk ? 'ok ' : 'FAIL'} the fleet holds ${fmt(heldHolds)} worst cases = ${fmt(bHolds.ok)} holds answered (+ at most ${fmt(cutOff(bHolds))} cut off)`)
 
-    // 5. The Redis hot state (bench/redis-mode.ts), on a redis-server of the run's own with
-    //    AOF, unless the phases above ran on BENCH_REDIS_URL already.
+    // 5. The Redis hot state (bench/redis-mode.ts), unless the phases above ran on
+    //    BENCH_REDIS_URL already: on a redis-server of the run's own with AOF, then on a
+    //    Redis Cluster of its own (issue 15), compared with each other in the same run.
     let redisRun: RedisModeResult | null = null
+    let clusterRun: ClusterModeResult | null = null
     if (!process.env.BENCH_REDIS_URL) {
+      // A phase of a store run: throughput (and, at saturation, its ratio to the ceiling's),
+      // latency, burnrate's CPU per answered request where measured, and failures.
+      const storeRow = (name: string, s: LoadSummary & { cpuUsPerRequest?: number | null }, toCeiling: boolean) => [
+        name,
+        fmt(s.requestsPerSec),
+        toCeiling ? ratio(s.requestsPerSec, cSat.requestsPerSec) : '-',
+        fmt(s.latencyMs.p50, 1),
+        fmt(s.latencyMs.p99, 1),
+        fmt(s.latencyMs.max, 1),
+        s.cpuUsPerRequest == null ? '-' : fmt(s.cpuUsPerRequest, 0),
+        fmt(failures(s)),
+      ]
+      const storeHeader = (title: string) => [title, 'req/s', 'ratio to ceiling', 'p50 ms', 'p99 ms', 'max ms', 'CPU µs/req', 'non-2xx+errors']
+      const storeChecks = (name: string, result: StoreRunResult) => {
+        const c = result.check
+        console.log(
+          `check: ${c.ok ? 'ok ' : 'FAIL'} ${name} stored llm_calls ${fmt(c.stored)} = ${fmt(c.acked)} acknowledged` +
+            ` + ${fmt(c.stored - c.acked)} (allowed 0…${fmt(c.cutOff)}: requests cut off unanswered at the end of a run)`,
+        )
+        console.log(`check: ${result.failed === 0 ? 'ok ' : 'FAIL'} ${name} ${fmt(result.failed)} non-2xx responses or errors (all phases, warmups included)`)
+      }
+
       console.log('\nREDIS_URL: a redis-server of the run\'s own (AOF, appendfsync everysec)…')
       redisRun = await redisMode(join(dir, 'redis-mode'), opts, `redis-${agentPrefix}`)
       const r = redisRun
       console.log(
         table([
-          ['REDIS_URL phase', 'req/s', 'ratio to ceiling', 'p50 ms', 'p99 ms', 'max ms'],
-          ['saturation, cold (1 event/agent)', fmt(r.cold.requestsPerSec), ratio(r.cold.requestsPerSec, cSat.requestsPerSec), fmt(r.cold.latencyMs.p50, 1), fmt(r.cold.latencyMs.p99, 1), fmt(r.cold.latencyMs.max, 1)],
-          ['saturation, warm', fmt(r.warm.requestsPerSec), ratio(r.warm.requestsPerSec, cSat.requestsPerSec), fmt(r.warm.latencyMs.p50, 1), fmt(r.warm.latencyMs.p99, 1), fmt(r.warm.latencyMs.max, 1)],
-          [`50 % of saturation (${fmt(r.half.rate ?? 0)} offered)`, fmt(r.half.requestsPerSec), '-', fmt(r.half.latencyMs.p50, 1), fmt(r.half.latencyMs.p99, 1), fmt(r.half.latencyMs.max, 1)],
-          ['POST /holds, saturation', fmt(r.holds.requestsPerSec), ratio(r.holds.requestsPerSec, cSat.requestsPerSec), fmt(r.holds.latencyMs.p50, 1), fmt(r.holds.latencyMs.p99, 1), fmt(r.holds.latencyMs.max, 1)],
+          storeHeader('REDIS_URL phase'),
+          storeRow('saturation, cold (1 event/agent)', r.cold, true),
+          storeRow('saturation, warm', r.warm, true),
+          storeRow(`50 % of saturation (${fmt(r.half.rate ?? 0)} offered)`, r.half, false),
+          storeRow('POST /holds, saturation', r.holds, true),
         ]),
       )
       console.log(`REDIS_URL POST /holds: ${ratio(r.holds.requestsPerSec, r.warm.requestsPerSec)} of POST /events' warm throughput (issue 13's target ≥ 0.80)`)
       console.log(
         `Redis: ${fmt(r.memory.bytesPerAgent)} bytes per agent (${fmt(r.memory.agents)} agents), ${fmt(r.memory.bytesPerId, 1)} bytes per remembered event id (${fmt(r.memory.ids)} ids)`,
       )
+      storeChecks('REDIS_URL', r)
+
+      console.log('\nREDIS_CLUSTER_NODES: a Redis Cluster of the run\'s own (3 masters with a replica each, AOF, appendfsync everysec)…')
+      clusterRun = await clusterMode(join(dir, 'cluster-mode'), opts, `cluster-${agentPrefix}`)
+      const c = clusterRun
       console.log(
-        `check: ${r.check.ok ? 'ok ' : 'FAIL'} REDIS_URL stored llm_calls ${fmt(r.check.stored)} = ${fmt(r.check.acked)} acknowledged` +
-          ` + ${fmt(r.check.stored - r.check.acked)} (allowed 0…${fmt(r.check.cutOff)}: requests cut off unanswered at the end of a run)`,
+        table([
+          storeHeader('REDIS_CLUSTER_NODES phase'),
+          storeRow('saturation, cold (1 event/agent)', c.cold, true),
+          storeRow('saturation, warm', c.warm, true),
+          storeRow('saturation, warm, REDIS_WAIT_REPLICAS=1', c.warmWait, true),
+        ]),
       )
+      // Both against a phase of the same kind measured minutes apart in this run: the
+      // single Redis's warm phase, and the cluster's own without the wait.
+      const cpu = (a: number | null, b: number | null) => (a !== null && b !== null ? `; burnrate's CPU per request ${fmt(a, 0)} µs against ${fmt(b, 0)} µs` : '')
+      console.log(
+        `cluster / single Redis, warm saturation: ${ratio(c.warm.requestsPerSec, r.warm.requestsPerSec)} of REDIS_URL's throughput in this run,` +
+          ` p99 ${ratio(c.warm.latencyMs.p99, r.warm.latencyMs.p99)}x${cpu(c.warm.cpuUsPerRequest, r.warm.cpuUsPerRequest)}`,
+      )
+      console.log(
+        `cluster, REDIS_WAIT_REPLICAS=1 / without, warm saturation: ${ratio(c.warmWait.requestsPerSec, c.warm.requestsPerSec)} of the throughput,` +
+          ` p50 ${ratio(c.warmWait.latencyMs.p50, c.warm.latencyMs.p50)}x, p99 ${ratio(c.warmWait.latencyMs.p99, c.warm.latencyMs.p99)}x${cpu(c.warmWait.cpuUsPerRequest, c.warm.cpuUsPerRequest)}`,
+      )
+      storeChecks('REDIS_CLUSTER_NODES', c)
     }
 
     // 6. History (bench/history.ts): start-up, reads and ingest with a seeded window against an empty store.
@@ -384,6 +426,16 @@ async function main(): Promise<number> {
         { figure: 'Redis memory per remembered event id', value: r.memory.bytesPerId, unit: 'B' },
         { figure: 'REDIS_URL POST /holds / POST /events, throughput', value: r.holds.requestsPerSec / r.warm.requestsPerSec, unit: 'ratio' },
       )
+      if (clusterRun) {
+        const c = clusterRun
+        f.push(
+          { figure: 'REDIS_CLUSTER_NODES ingest saturation, cold', value: c.cold.requestsPerSec, unit: 'req/s', ratio: c.cold.requestsPerSec / cSat.requestsPerSec },
+          { figure: 'REDIS_CLUSTER_NODES ingest saturation, warm', value: c.warm.requestsPerSec, unit: 'req/s', ratio: c.warm.requestsPerSec / cSat.requestsPerSec },
+          { figure: 'REDIS_CLUSTER_NODES ingest saturation, warm, REDIS_WAIT_REPLICAS=1', value: c.warmWait.requestsPerSec, unit: 'req/s', ratio: c.warmWait.requestsPerSec / cSat.requestsPerSec },
+          { figure: 'cluster / REDIS_URL, warm throughput', value: c.warm.requestsPerSec / r.warm.requestsPerSec, unit: 'ratio' },
+          { figure: 'cluster REDIS_WAIT_REPLICAS=1 / without, warm throughput', value: c.warmWait.requestsPerSec / c.warm.requestsPerSec, unit: 'ratio' },
+        )
+      }
     } else if (process.env.BENCH_REDIS_URL) {
       const mem = await redisMemory(process.env.BENCH_REDIS_URL)
       console.log(`Redis: ${fmt(mem.bytesPerAgent)} bytes per agent (${fmt(mem.agents)} agents), ${fmt(mem.bytesPerId, 1)} bytes per remembered event id (${fmt(mem.ids)} ids)`)
@@ -400,7 +452,8 @@ async function main(): Promise<number> {
         console.log(summarizeProfile(JSON.parse(readFileSync(join(opts.cpuProfDir, latest), 'utf8')), 25))
       }
     }
-    return storedOk && failed === 0 && heldOk && wp.check.ok && (redisRun?.check.ok ?? true) ? 0 : 1
+    const storeRunsOk = [redisRun, clusterRun].every((s) => s === null || (s.check.ok && s.failed === 0))
+    return storedOk && failed === 0 && heldOk && wp.check.ok && storeRunsOk ? 0 : 1
   } finally {
     await Promise.all([...children].map((child) => stop(child, `pid ${child.pid}`)))
     await rm(dir, { recursive: true, force: true })
