@@ -2,9 +2,9 @@ import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { loadConfig } from '../src/config.ts'
 import { agentKeyId, partitionOf, partitionTag } from '../src/storage/redis-keys.ts'
-import { LLM_CALL_USD, eventually, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
+import { LLM_CALL_USD, eventually, llmCall, startHarness, startTwoInstances, unique, type Harness } from './helpers/harness.ts'
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.ts'
-import { startReceiver, type Receiver } from './helpers/receiver.ts'
+import type { Receiver } from './helpers/receiver.ts'
 
 /**
  * Issue 15: two burnrate instances on a real Redis Cluster (three masters with a replica
@@ -16,18 +16,15 @@ let cluster: RedisCluster
 let a: Harness
 let b: Harness
 let receiver: Receiver
+let instances: Awaited<ReturnType<typeof startTwoInstances>> | undefined
 
 beforeAll(async () => {
   cluster = await startRedisCluster()
-  const env = { REDIS_CLUSTER_NODES: cluster.seeds.join(','), JOURNAL_LEASE_MS: '900' }
-  a = await startHarness({ env })
-  b = await startHarness({ env, dataDir: a.dataDir })
-  receiver = await startReceiver()
+  instances = await startTwoInstances({ REDIS_CLUSTER_NODES: cluster.seeds.join(','), JOURNAL_LEASE_MS: '900' })
+  ;({ a, b, receiver } = instances)
 })
 afterAll(async () => {
-  await b?.close()
-  await a?.close()
-  await receiver?.close()
+  await instances?.close()
   await cluster?.stop()
 })
 

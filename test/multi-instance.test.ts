@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { eventually, LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
-import { startReceiver, type Receiver } from './helpers/receiver.ts'
+import { eventually, LLM_CALL_USD, llmCall, startTwoInstances, unique, type Harness } from './helpers/harness.ts'
+import type { Receiver } from './helpers/receiver.ts'
 import { startRedis } from './helpers/redis.ts'
 import { toChDateTime64us } from '../src/storage/clickhouse.ts'
 import type { EventRow } from '../src/storage/events.ts'
@@ -21,18 +21,15 @@ let redis: Awaited<ReturnType<typeof startRedis>>
 let a: Harness
 let b: Harness
 let receiver: Receiver
+let instances: Awaited<ReturnType<typeof startTwoInstances>> | undefined
 
 beforeAll(async () => {
   redis = await startRedis()
-  const env = { REDIS_URL: redis.url, JOURNAL_LEASE_MS: '900' }
-  a = await startHarness({ env })
-  b = await startHarness({ env, dataDir: a.dataDir })
-  receiver = await startReceiver()
+  instances = await startTwoInstances({ REDIS_URL: redis.url, JOURNAL_LEASE_MS: '900' })
+  ;({ a, b, receiver } = instances)
 })
 afterAll(async () => {
-  await b?.close()
-  await a?.close()
-  await receiver?.close()
+  await instances?.close()
   await redis?.stop()
 })
 

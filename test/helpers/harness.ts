@@ -86,6 +86,28 @@ export function harnessAndReceiver(opts: Parameters<typeof startHarness>[0]): { 
   return started
 }
 
+/**
+ * Two burnrate instances on one shared store (`env`: REDIS_URL or REDIS_CLUSTER_NODES) and
+ * one ClickHouse, as behind a load balancer, and a chat-webhook receiver. chDB lets one
+ * process open a data path, so both run in this process on one engine (separate apps, Redis
+ * clients, shippers and caches).
+ */
+export async function startTwoInstances(env: Record<string, string>): Promise<{ a: Harness; b: Harness; receiver: Receiver; close(): Promise<void> }> {
+  const a = await startHarness({ env })
+  const b = await startHarness({ env, dataDir: a.dataDir })
+  const receiver = await startReceiver()
+  return {
+    a,
+    b,
+    receiver,
+    async close() {
+      await b.close()
+      await a.close()
+      await receiver.close()
+    },
+  }
+}
+
 /** Takes the events table away for real while `fn` runs, so ClickHouse refuses the shipper's INSERTs. */
 export async function withEventsTableGone<T>(h: Harness, fn: () => Promise<T>): Promise<T> {
   await h.services.clickhouse.command({ query: 'RENAME TABLE events TO events_offline' })
