@@ -5,6 +5,7 @@ import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { partitionOf, partitionTag } from '../src/storage/redis-keys.ts'
 import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
+import { waitFor } from './helpers/process.ts'
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.ts'
 
 /**
@@ -23,29 +24,34 @@ afterEach(async () => {
 
 /** The node serving a user's partition, as the cluster says now. */
 async function masterOf(cluster: RedisCluster, userId: string) {
-  const slot = Number(await cluster.cluster.call('CLUSTER', 'KEYSLOT', `${partitionTag(partitionOf(userId, 16))}`))
-  const ranges = (await cluster.cluster.call('CLUSTER', 'SLOTS')) as Array<[number, number, [string, number, string]]>
-  const [, , [, port]] = ranges.find(([from, to]) => slot >= from && slot <= to)!
-  return cluster.nodes.find((n) => n.port === port)!
+  const { master } = await cluster.servedBy(await slotOfUser(cluster, userId))
+  return cluster.nodes.find((n) => n.port === master)!
 }
 
-/** Posts `count` events of one agent, 10 at a time, each retried on a refusal until answered 200; their ids. */
+/** The slot of a user's partition: every key of the user is in it. */
+function slotOfUser(cluster: RedisCluster, userId: string): Promise<number> {
+  return cluster.slotOf(partitionTag(partitionOf(userId, 16)))
+}
+
+/** Posts `count` events of one agent, 10 at a time, each retried while refused (503) until answered; their ids. */
 async function load(h: Harness, key: string, count: number, onAcked: (n: number) => Promise<void> | void): Promise<string[]> {
   const acked: string[] = []
   let next = 0
-  const deadline = Date.now() + 60_000
   await Promise.all(
     Array.from({ length: 10 }, async () => {
       for (let i = next++; i < count; i = next++) {
         const eventId = randomUUID()
         const event = llmCall('x', { event_id: eventId })
-        for (;;) {
-          const res = await h.post('/events', event, key)
-          if (res.statusCode === 200) break
-          expect(res.statusCode, res.body).toBe(503) // a store away: retry, as clients do
-          if (Date.now() > deadline) throw new Error('burnrate did not recover from the failover within 60 s')
-          await new Promise((r) => setTimeout(r, 50))
-        }
+        // A store away answers 503: retried with the same event_id, as clients do.
+        const res = await waitFor(
+          async () => {
+            const r = await h.post('/events', event, key)
+            return r.statusCode === 503 ? undefined : r
+          },
+          60_000,
+          'an answer other than 503 (burnrate recovered from the fault)',
+        )
+        expect(res.statusCode, res.body).toBe(200)
         acked.push(eventId)
         await onAcked(acked.length)
       }
@@ -81,7 +87,11 @@ async function failover(wait: boolean): Promise<{ acked: number; lost: number; t
       await master.kill() // kill -9, in the middle of the load
       // An operator brings it back: it rejoins as the replica of the master that replaced it
       // (with the replica wait, its shard takes no write until some replica confirms it).
-      restarted = new Promise((r) => setTimeout(r, 5000)).then(() => cluster.restart(master))
+      // Once the cluster has failed it over: the slot served by another node.
+      const slot = await slotOfUser(cluster, user)
+      restarted = waitFor(async () => ((await cluster.servedBy(slot)).master !== master.port ? true : undefined), 30_000, 'the failed master replaced').then(() =>
+        cluster.restart(master),
+      )
     }
   })
   expect(killed).toBe(true)
@@ -112,9 +122,9 @@ describe('a master killed -9 under load (issue 15)', () => {
 async function migrateSlot(cluster: RedisCluster, slot: number, onKeysMoved: () => void): Promise<number> {
   const ids = new Map<number, string>()
   for (const n of cluster.nodes) ids.set(n.port, ((await n.redis.call('CLUSTER', 'MYID')) as string).trim())
-  const ranges = (await cluster.cluster.call('CLUSTER', 'SLOTS')) as Array<[number, number, [string, number, string]]>
-  const [, , [, fromPort]] = ranges.find(([from, to]) => slot >= from && slot <= to)!
-  const [, , [, toPort]] = ranges.find(([, , [, port]]) => port !== fromPort)!
+  const fromPort = (await cluster.servedBy(slot)).master
+  // Any other master: the one serving slot 0 or the last slot is another than this one.
+  const toPort = [(await cluster.servedBy(0)).master, (await cluster.servedBy(16383)).master].find((port) => port !== fromPort)!
   const from = cluster.nodes.find((n) => n.port === fromPort)!
   const to = cluster.nodes.find((n) => n.port === toPort)!
   await to.redis.call('CLUSTER', 'SETSLOT', slot, 'IMPORTING', ids.get(fromPort)!)
@@ -137,7 +147,7 @@ describe('a slot migrating to another master under load (issue 15)', () => {
     running.push({ stop: () => h.close() })
     const user = unique('u')
     const key = await h.key(user)
-    const slot = Number(await cluster.cluster.call('CLUSTER', 'KEYSLOT', partitionTag(partitionOf(user, 16))))
+    const slot = await slotOfUser(cluster, user)
     let migration: Promise<number> | null = null
     let batches = 0
     let ackedSoFar = 0

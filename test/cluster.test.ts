@@ -102,10 +102,8 @@ describe('REDIS_WAIT_REPLICAS (issue 15)', () => {
   /** The agent's state hash as the replica of its slot's master holds it (READONLY). */
   async function onReplica(userId: string, agentId: string): Promise<Record<string, string>> {
     const key = `br:${partitionTag(partitionOf(userId, 16))}:hs:${agentKeyId(userId, agentId)}:a`
-    const slot = Number(await cluster.cluster.call('CLUSTER', 'KEYSLOT', key))
-    const ranges = (await cluster.cluster.call('CLUSTER', 'SLOTS')) as Array<[number, number, ...Array<[string, number, string]>]>
-    const [, , , replica] = ranges.find(([from, to]) => slot >= from && slot <= to)!
-    const node = cluster.nodes.find((n) => n.port === replica![1])!
+    const [replica] = (await cluster.servedBy(await cluster.slotOf(key))).replicas
+    const node = cluster.nodes.find((n) => n.port === replica)!
     await node.redis.call('READONLY')
     return node.redis.hgetall(key)
   }

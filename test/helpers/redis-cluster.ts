@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { Cluster } from 'ioredis'
+import { waitFor } from './process.ts'
 import { startRedis } from './redis.ts'
 
 const REDIS_CLI = '/usr/bin/redis-cli'
@@ -22,6 +23,10 @@ export interface RedisCluster {
   cluster: Cluster
   /** Starts a node that was killed again, on its port and data: it rejoins (a master that was failed over, as a replica). */
   restart(node: Node): Promise<Node>
+  /** The slot a key (or a hash tag such as {p3}) hashes to. */
+  slotOf(key: string): Promise<number>
+  /** The ports of the master serving `slot` and of its replicas, as the cluster says now. */
+  servedBy(slot: number): Promise<{ master: number; replicas: number[] }>
   stop(): Promise<void>
 }
 
@@ -51,6 +56,14 @@ export async function startRedisCluster(opts: { masters?: number } = {}): Promis
       seeds,
       nodes,
       cluster,
+      async slotOf(key) {
+        return Number(await cluster.call('CLUSTER', 'KEYSLOT', key))
+      },
+      async servedBy(slot) {
+        const ranges = (await cluster.call('CLUSTER', 'SLOTS')) as Array<[number, number, ...Array<[string, number, string]>]>
+        const [, , master, ...replicas] = ranges.find(([from, to]) => slot >= from && slot <= to)!
+        return { master: master![1], replicas: replicas.map(([, port]) => port) }
+      },
       async restart(node) {
         const again = await startRedis({ port: node.port, dir: node.dir, args: NODE_ARGS })
         nodes[nodes.indexOf(node)] = again
@@ -72,12 +85,13 @@ export async function startRedisCluster(opts: { masters?: number } = {}): Promis
  * link to its master is up (a write can be confirmed by it), within a deadline.
  */
 async function ready(nodes: Node[]): Promise<void> {
-  const deadline = Date.now() + READY_MS
-  for (;;) {
-    const infos = await Promise.all(nodes.map(async (n) => `${(await n.redis.call('CLUSTER', 'INFO')) as string}\n${await n.redis.info('replication')}`))
-    const up = (i: string) => i.includes('cluster_state:ok') && i.includes('cluster_slots_ok:16384') && (i.includes('role:master') || i.includes('master_link_status:up'))
-    if (infos.every(up)) return
-    if (Date.now() > deadline) throw new Error(`the cluster was not ready within ${READY_MS} ms:\n${infos.join('\n')}`)
-    await new Promise((r) => setTimeout(r, 100))
-  }
+  const up = (i: string) => i.includes('cluster_state:ok') && i.includes('cluster_slots_ok:16384') && (i.includes('role:master') || i.includes('master_link_status:up'))
+  await waitFor(
+    async () => {
+      const infos = await Promise.all(nodes.map(async (n) => `${(await n.redis.call('CLUSTER', 'INFO')) as string}\n${await n.redis.info('replication')}`))
+      return infos.every(up) ? true : undefined
+    },
+    READY_MS,
+    'every node of the cluster up, every slot served and every replica linked',
+  )
 }

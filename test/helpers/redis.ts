@@ -5,6 +5,7 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Redis } from 'ioredis'
+import { withDeadline } from './process.ts'
 
 const REDIS_SERVER = '/usr/bin/redis-server'
 const READY_MS = 10_000
@@ -65,7 +66,7 @@ export async function startRedis(
     dir,
     redis,
     async stop() {
-      await Promise.race([redis.quit().catch(() => {}), new Promise((r) => setTimeout(r, 2000).unref())])
+      await withDeadline(redis.quit(), 2000, 'QUIT').catch(() => {})
       redis.disconnect()
       if (child.exitCode === null && child.signalCode === null) {
         child.kill('SIGTERM')
