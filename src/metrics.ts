@@ -28,6 +28,8 @@ export interface Metrics {
 const SCOPES = ['agent', 'fleet'] as const
 const PAUSE_REASONS = ['budget', 'velocity', 'manual'] as const
 
+const isPauseReason = (reason: string): reason is (typeof PAUSE_REASONS)[number] => (PAUSE_REASONS as readonly string[]).includes(reason)
+
 const scopeOf = (ref: AgentRef) => (isFleet(ref) ? 'fleet' : 'agent')
 
 export function createMetrics(sources: {
@@ -121,7 +123,7 @@ export function createMetrics(sources: {
       for (const ms of s.waitedMs) shipLag.observe(ms / 1000)
     },
     transitions(ts) {
-      for (const t of ts) if (t.paused && (t.reason === 'budget' || t.reason === 'velocity' || t.reason === 'manual')) pauses.inc({ scope: scopeOf(t), reason: t.reason })
+      for (const t of ts) if (t.paused && isPauseReason(t.reason)) pauses.inc({ scope: scopeOf(t), reason: t.reason })
     },
     alerts(as) {
       for (const a of as) alerts.inc({ scope: scopeOf(a) })

@@ -255,7 +255,11 @@ export async function startServer(config: Config): Promise<RunningServer> {
   }
 }
 
-/** A second connection of the same kind (a subscriber takes a connection of its own). */
+/**
+ * A second connection of the same kind (a subscriber takes a connection of its own). The two
+ * branches read alike but call different methods: TypeScript cannot call duplicate() on the
+ * union of the two clients, whose signatures differ.
+ */
 function duplicate(redis: RedisClient): RedisClient {
   return redis instanceof Cluster ? redis.duplicate() : redis.duplicate()
 }

@@ -488,7 +488,6 @@ function holdBudget(agent: AgentEntry): HoldBudget {
   return { pause: agent.pause, totalNano: agent.window.totalNano, heldNano: agent.held, thresholdNano: agent.policy.thresholdNano }
 }
 
-
 /** The spend in the agent's velocity window (issue 13: at most 60 buckets read); 0 without a limit. */
 function spentNano(agent: AgentEntry, now: number): Nano {
   const { velocityLimitNano, velocityWindowMinutes } = agent.policy
