@@ -705,13 +705,29 @@ describe.each(implementations)('hot state lifecycle: %s', (_name, make) => {
 describe('redis hot state: budget holds (issue 13)', () => {
   const hold = (holdId: string, costNano: number, expiresAt = T0 + 60_000): HoldRequest => ({ holdId, costNano, expiresAt })
 
-  it('a state loaded again starts without the holds of the one lost, and never counts their expiry against the new ones', async () => {
+  async function redisState() {
     server ??= startRedis()
     const { redis } = await server
     const prefix = `t${++prefixes}:`
     const journal = new RedisJournal({ redis, instance: 'i', partitions: 1, maxRows: 1_000_000, prefix })
     await journal.register()
-    const hs = new RedisHotState({ redis, prefix, journal, loader: emptyLoad, userAgents: async () => [] })
+    return { redis, prefix, hs: new RedisHotState({ redis, prefix, journal, loader: emptyLoad, userAgents: async () => [] }) }
+  }
+
+  it('a state whose hold keys expired unread holds nothing, and says so once', async () => {
+    const { redis, prefix, hs } = await redisState()
+    await hs.hold(ref, hold('h', 2 * USD), T0)
+    // The keys' TTL ran out before any access saw the hold expire: they are gone, the sum is not.
+    const [hz, ...others] = await redis.keys(`${prefix}*:hs:${agentKeyId('u', 'a')}:hz`)
+    expect(others).toEqual([])
+    await redis.del(hz!, hz!.replace(/:hz$/, ':h'))
+    expect((await hs.get(ref, T0)).snapshot.heldNano).toBe(0)
+    const [state] = await redis.keys(`${prefix}*:hs:${agentKeyId('u', 'a')}:a`)
+    expect(await redis.hget(state!, 'held')).toBeNull()
+  })
+
+  it('a state loaded again starts without the holds of the one lost, and never counts their expiry against the new ones', async () => {
+    const { redis, prefix, hs } = await redisState()
     await hs.hold(ref, hold('old', 3 * USD), T0)
     expect((await hs.get(ref, T0)).snapshot.heldNano).toBe(3 * USD)
     // The agent's state is lost (its :a expired or was flushed); its hold keys are still there.

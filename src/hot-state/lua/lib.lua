@@ -239,8 +239,12 @@ local function read_held(st, hz, h)
     end
     redis.call('ZREM', hz, unpack(gone))
     redis.call('HDEL', h, unpack(gone))
+    save_held(st)
+  elseif redis.call('EXISTS', hz) == 0 then
+    -- Its keys expired with it unread: nothing is held (save_held drops the field).
+    save_held(st)
   end
-  save_held(st)
+  -- Otherwise nothing changed: no write (the fleet's holds are read by every event of the user).
 end
 
 -- Whether the state holds the hold `id` (read_held first: an expired one is gone).
