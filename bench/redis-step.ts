@@ -1,0 +1,133 @@
+/**
+ * The Redis hot state's record step alone, without HTTP: what one event costs Redis and
+ * burnrate's side of the call. A redis-server of its own (AOF on, appendfsync everysec, as
+ * production runs it), one user's `--agents` agents each configured with every rule (five
+ * alert levels, a daily budget, a velocity limit) and the user's fleet the same, then
+ * `--events` events with a fresh event id each, `--concurrency` in flight, the agents in
+ * turn. Between the warmup and the measured events Redis's counters are reset, so:
+ *
+ * - Redis µs per event: INFO commandstats, the usec of every script call (EVALSHA, EVAL)
+ *   divided by the events recorded;
+ * - Redis CPU µs per event: redis-server's user + system time from /proc, which also counts
+ *   the AOF writes and the sockets;
+ * - client CPU µs per event: this process's, the hot state's TypeScript and ioredis.
+ *
+ *   node bench/redis-step.ts [--agents 1000] [--events 40000] [--concurrency 50] [--rounds 3]
+ *
+ * Several rounds print each one's figures: compare figures of the same run.
+ */
+import { randomUUID } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { parseArgs } from 'node:util'
+import { RedisHotState } from '../src/hot-state/redis.ts'
+import type { AgentPolicy, HotState, RecordEvent } from '../src/hot-state/types.ts'
+import { RedisJournal } from '../src/journal/redis-streams.ts'
+import { toChDateTime64us } from '../src/storage/clickhouse.ts'
+import { startRedis } from '../test/helpers/redis.ts'
+import { fmt, table } from './processes.ts'
+
+const { values } = parseArgs({
+  options: {
+    agents: { type: 'string', default: '1000' },
+    events: { type: 'string', default: '40000' },
+    concurrency: { type: 'string', default: '50' },
+    rounds: { type: 'string', default: '3' },
+  },
+})
+const agents = Number(values.agents)
+const events = Number(values.events)
+const concurrency = Number(values.concurrency)
+const rounds = Number(values.rounds)
+
+const USD = 1_000_000_000
+const USER = 'bench'
+const redis = await startRedis()
+const journal = new RedisJournal({ redis: redis.redis, instance: 'bench', partitions: 16, maxRows: 100_000_000 })
+await journal.register()
+const hs = new RedisHotState({
+  redis: redis.redis,
+  journal,
+  loader: async () => ({ minutes: [], seen: [], policy: null, pause: null, ignored: null }),
+  userAgents: async () => [],
+})
+
+// Every rule, none of which acts during the run: five levels, a budget and a velocity limit.
+const every = (thresholdUsd: number): AgentPolicy => ({
+  thresholdNano: thresholdUsd * USD,
+  autoResume: false,
+  webhookUrl: null,
+  alertAt: [0.5, 0.6, 0.7, 0.8, 0.9],
+  velocityLimitNano: thresholdUsd * USD,
+  velocityWindowMinutes: 60,
+})
+const now = () => Date.now()
+await hs.setPolicy({ userId: USER, agentId: '' }, every(1_000_000), now(), 'bench')
+for (let i = 0; i < agents; i++) await hs.setPolicy({ userId: USER, agentId: `agent-${i}` }, every(100_000), now(), 'bench')
+
+let next = 0
+function event(): RecordEvent {
+  const agentId = `agent-${next++ % agents}`
+  const at = now()
+  const eventId = randomUUID()
+  return {
+    userId: USER,
+    agentId,
+    eventId,
+    costNano: 7_500_000,
+    llmCall: true,
+    at,
+    row: {
+      user_id: USER,
+      agent_id: agentId,
+      timestamp: toChDateTime64us(at * 1000),
+      event_id: eventId,
+      event_type: 'llm_call',
+      model: 'gpt-4o',
+      input_tokens: 1000,
+      output_tokens: 500,
+      cache_read_tokens: 0,
+      cache_write_tokens: 0,
+      tool_name: null,
+      metadata: '',
+      cost_nano: 7_500_000,
+      price_fallback: false,
+    },
+  }
+}
+
+async function drive(state: HotState, n: number): Promise<number> {
+  let left = n
+  const started = performance.now()
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (left-- > 0) await state.record(event(), now())
+    }),
+  )
+  return performance.now() - started
+}
+
+const info = async (section: string) => (await redis.redis.info(section)) as string
+const pid = Number(/process_id:(\d+)/.exec(await info('server'))![1])
+const redisCpu = () => {
+  const f = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ')
+  return (Number(f[11]) + Number(f[12])) / 100
+}
+const scriptUsec = (stats: string) =>
+  [...stats.matchAll(/^cmdstat_(evalsha|eval|evalsha_ro|fcall):calls=(\d+),usec=(\d+)/gm)].reduce((a, m) => ({ calls: a.calls + Number(m[2]), usec: a.usec + Number(m[3]) }), { calls: 0, usec: 0 })
+
+await drive(hs, Math.min(events, agents * 5)) // warmup: every agent known, the JIT warm
+const rows = [['round', 'events/s', 'script calls', 'Redis µs/event (commandstats)', 'Redis CPU µs/event', 'client CPU µs/event']]
+for (let r = 1; r <= rounds; r++) {
+  await redis.redis.config('RESETSTAT')
+  const cpu0 = redisCpu()
+  const client0 = process.cpuUsage()
+  const ms = await drive(hs, events)
+  const client = process.cpuUsage(client0)
+  const cpu = redisCpu() - cpu0
+  const s = scriptUsec(await info('commandstats'))
+  rows.push([String(r), fmt(events / (ms / 1000)), fmt(s.calls), fmt(s.usec / events, 1), fmt((cpu * 1e6) / events, 1), fmt((client.user + client.system) / events, 1)])
+}
+console.log(table(rows))
+await hs.close()
+await redis.stop()
+process.exit(0)
