@@ -242,7 +242,7 @@ export function halfOf(saturation: LoadSummary): number {
 
 /**
  * What the Redis hot state holds, after a run with BENCH_REDIS_URL: bytes per agent (its
- * :a, :w and :m keys) and per remembered event id (the id tables, their meta keys included),
+ * :s, :w and :m keys) and per remembered event id (the id tables, their meta keys included),
  * by MEMORY USAGE over every such key of the database (earlier runs' too: an average).
  */
 export async function redisMemory(url: string): Promise<{ agents: number; bytesPerAgent: number; ids: number; bytesPerId: number }> {
@@ -261,7 +261,7 @@ export async function redisMemory(url: string): Promise<{ agents: number; bytesP
     let agentBytes = 0
     await usage('*:hs:*', (key, bytes) => {
       agentBytes += bytes
-      if (key.endsWith(':a')) agents++
+      if (key.endsWith(':s')) agents++
     })
     let ids = 0
     let idBytes = 0

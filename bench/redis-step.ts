@@ -47,7 +47,7 @@ await journal.register()
 const hs = new RedisHotState({
   redis: redis.redis,
   journal,
-  loader: async () => ({ minutes: [], seen: [], policy: null, pause: null, ignored: null }),
+  loader: async () => ({ minutes: [], seen: [], policy: null, policyVersion: 0, pause: null, ignored: null }),
   userAgents: async () => [],
 })
 

@@ -1,6 +1,7 @@
 import { createServer, type Server } from 'node:http'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import { isFleet, type AgentRef, type BudgetAlert, type Transition } from './hot-state/types.ts'
+import { PAUSE_REASONS } from './hot-state/meters.ts'
+import { isFleet, type AgentRef, type BudgetAlert, type PauseReason, type Transition } from './hot-state/types.ts'
 import type { JournalBacklog } from './journal/types.ts'
 
 /**
@@ -26,9 +27,7 @@ export interface Metrics {
 }
 
 const SCOPES = ['agent', 'fleet'] as const
-const PAUSE_REASONS = ['budget', 'velocity', 'manual'] as const
-
-const isPauseReason = (reason: string): reason is (typeof PAUSE_REASONS)[number] => (PAUSE_REASONS as readonly string[]).includes(reason)
+const isPauseReason = (reason: string): reason is PauseReason => (PAUSE_REASONS as readonly string[]).includes(reason)
 
 const scopeOf = (ref: AgentRef) => (isFleet(ref) ? 'fleet' : 'agent')
 

@@ -101,7 +101,7 @@ describe('two instances, one Redis Cluster', () => {
 describe('REDIS_WAIT_REPLICAS (issue 15)', () => {
   /** The agent's state hash as the replica of its slot's master holds it (READONLY). */
   async function onReplica(userId: string, agentId: string): Promise<Record<string, string>> {
-    const key = `br:${partitionTag(partitionOf(userId, 16))}:hs:${agentKeyId(userId, agentId)}:a`
+    const key = `br:${partitionTag(partitionOf(userId, 16))}:hs:${agentKeyId(userId, agentId)}:s`
     const [replica] = (await cluster.servedBy(await cluster.slotOf(key))).replicas
     const node = cluster.nodes.find((n) => n.port === replica)!
     await node.redis.call('READONLY')

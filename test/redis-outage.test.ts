@@ -61,7 +61,7 @@ describe('a defect is not an outage', () => {
     expect((await h.post('/events', llmCall('wrongtype'), key)).statusCode).toBe(200)
     // Another program wrote a string where burnrate keeps the agent's hash: every script on it fails.
     const userId = (await h.services.keys.verify(key))!.userId
-    const keys = [`br:${partitionTag(partitionOf(userId, DEFAULT_PARTITIONS))}:hs:${agentKeyId(userId, 'wrongtype')}:a`]
+    const keys = [`br:${partitionTag(partitionOf(userId, DEFAULT_PARTITIONS))}:hs:${agentKeyId(userId, 'wrongtype')}:s`]
     expect(await redis.redis.exists(keys[0]!)).toBe(1)
     await redis.redis.set(keys[0]!, 'not a hash')
     const res = await h.post('/events', llmCall('wrongtype'), key)

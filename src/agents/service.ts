@@ -1,8 +1,9 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
-import { alertsReached, holdingPause, ignoring, pausedReasonOf } from '../hot-state/policy.ts'
-import { DEFAULT_POLICY, RUNNING, fleetOf, isFleet, type AgentPolicy, type AgentRef, type HotState, type Ignored, type PauseState, type Transition } from '../hot-state/types.ts'
+import { budgetMeter } from '../hot-state/meters.ts'
+import { holdingPause, ignoring, levelsReached, pausedReasonOf } from '../hot-state/policy.ts'
+import { DEFAULT_POLICY, RUNNING, agentBudget, fleetOf, isFleet, type AgentPolicy, type AgentRef, type HotState, type Ignored, type PauseState, type Transition } from '../hot-state/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody, PolicyBody } from '../schemas/config.ts'
@@ -92,15 +93,15 @@ export class AgentService {
       total_cost_usd: nanoToUsd(s.totalNano),
       llm_calls: s.llmCalls,
       // Without a config the fleet has no budget: nothing is left of none, and it never runs out.
-      cost_threshold_usd: s.configured ? nanoToUsd(s.policy.thresholdNano) : null,
-      remaining_usd: s.configured ? nanoToUsd(s.policy.thresholdNano - s.totalNano) : null,
+      cost_threshold_usd: s.policy.thresholdNano === null ? null : nanoToUsd(s.policy.thresholdNano),
+      remaining_usd: s.policy.thresholdNano === null ? null : nanoToUsd(s.policy.thresholdNano - s.totalNano),
       held_usd: nanoToUsd(s.heldNano),
       projected_exhaustion_at: isoOrNull(exhaustionAt),
       is_paused: holding !== null,
       paused_reason: pausedReasonOf(holding),
       paused_at: holding ? pausedAt(holding.pause) : null,
       override: s.pause.override,
-      alerts_reached: levelsReached(s.totalNano, s.policy),
+      alerts_reached: budgetLevelsReached(s.totalNano, s.policy),
       config: s.configured ? formatConfig(s.policy) : null,
     }
   }
@@ -124,11 +125,11 @@ export class AgentService {
         agent_id: agentId,
         total_cost_usd: nanoToUsd(s.totalNano),
         llm_calls: s.llmCalls,
-        cost_threshold_usd: s.configured ? nanoToUsd(s.policy.thresholdNano) : undefined,
+        cost_threshold_usd: s.configured ? nanoToUsd(agentBudget(s.policy)) : undefined,
         is_paused: holding !== null,
         paused_reason: pausedReasonOf(holding),
-        remaining_usd: nanoToUsd(s.policy.thresholdNano - s.totalNano),
-        alerts_reached: levelsReached(s.totalNano, s.policy),
+        remaining_usd: nanoToUsd(agentBudget(s.policy) - s.totalNano),
+        alerts_reached: budgetLevelsReached(s.totalNano, s.policy),
         ignoring_pause: ignoring(s.ignored, holding?.pause.since ?? 0),
       }
     })
@@ -195,11 +196,11 @@ export class AgentService {
       paused_at: holding ? pausedAt(holding.pause) : null,
       // Issue 13: llm_calls that kept coming after the pause that holds and its grace period.
       ...ignoredOf(snapshot.ignored, holding?.pause.since ?? 0),
-      remaining_usd: nanoToUsd(snapshot.policy.thresholdNano - snapshot.totalNano),
+      remaining_usd: nanoToUsd(agentBudget(snapshot.policy) - snapshot.totalNano),
       // Issue 13: the worst cases of its open budget holds, counted with its total by the budget rules.
       held_usd: nanoToUsd(snapshot.heldNano),
       projected_exhaustion_at: isoOrNull(state.exhaustionAt),
-      alerts_reached: levelsReached(snapshot.totalNano, snapshot.policy),
+      alerts_reached: budgetLevelsReached(snapshot.totalNano, snapshot.policy),
       config: snapshot.configured ? formatConfig(snapshot.policy) : null,
       cost_by_model: byModel.map((m) => ({
         model: m.model,
@@ -265,11 +266,12 @@ function auditDetails(json: string): Record<string, unknown> {
 
 const NONE: readonly number[] = Object.freeze([])
 
-/** The alert levels the total is at or above (policy.ts alertsReached), as their fractions. */
-function levelsReached(totalNano: number, policy: AgentPolicy): readonly number[] {
-  const bits = alertsReached(totalNano, policy)
+/** The alert levels of the daily budget the total is at or above (policy.ts levelsReached), as their fractions. */
+function budgetLevelsReached(totalNano: number, policy: AgentPolicy): readonly number[] {
+  const budget = budgetMeter(policy)
+  const bits = budget ? levelsReached(budget, totalNano) : 0
   // Most agents of a listing are under every level: one shared empty list, not one each.
-  return bits === 0 ? NONE : policy.alertAt.filter((_, i) => (bits & (1 << i)) !== 0)
+  return bits === 0 ? NONE : budget!.alertAt.filter((_, i) => (bits & (1 << i)) !== 0)
 }
 
 /** A 400 naming the field (DECISIONS.md), for what only the service can check. */

@@ -6,7 +6,8 @@ import { ignoredRow } from '../storage/ignored.ts'
 import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
 import { minuteOf, inWindow } from '../window.ts'
-import { alertsReached, carryAlerts, countIgnored, evaluate, evaluateAlerts, holdRefusal, holdRoom, holdingPause, manual, pausedBy, type HoldBudget } from './policy.ts'
+import { budgetMeter, metersOf, resolveMeters, type Meter, type MeterId, type ResolvedMeter } from './meters.ts'
+import { changePolicy, cross, holdRoom, levelsReached, manual, pausedBy, relax, stepEvent, stepHold, type Change, type Counted, type Judged } from './policy.ts'
 import { HoldBook, holdOfAnotherAgent, type OpenHold } from './holds.ts'
 import { exhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
@@ -16,9 +17,12 @@ import {
   NOT_IGNORED,
   RUNNING,
   SYSTEM_ACTOR,
+  agentBudget,
+  agentKey,
   defaultPolicy,
   fleetOf,
   isFleet,
+  refOf,
   type AgentPolicy,
   type AgentRef,
   type AgentSnapshot,
@@ -36,19 +40,20 @@ import {
   type ReleasedHold,
   type Restore,
   type Transition,
-  type TransitionReason,
 } from './types.ts'
 
 interface AgentEntry {
   window: RollingWindow
   pause: PauseState
   policy: AgentPolicy
+  /** The policy's meters (meters.ts metersOf). */
+  meters: readonly Meter[]
   configured: boolean
-  /** The alert levels fired and not re-armed, a bit per level of policy.alertAt (policy.ts evaluateAlerts). */
-  alerted: number
+  /** Per meter, the alert levels fired and not re-armed (policy.ts alerts). */
+  alerted: Partial<Record<MeterId, number>>
   /** llm_calls after its pause and grace (policy.ts countIgnored); replaced, never changed. */
   ignored: Ignored
-  /** The sum of its open budget holds (issue 13), which #holds keeps. */
+  /** The sum of its open budget holds, which #holds keeps. */
   held: Nano
 }
 
@@ -62,10 +67,14 @@ export interface LocalJournal extends JournalStatus {
 
 /**
  * The hot state in process memory, for the embedded single-instance deployment, with its
- * journal (issue 8). Every change and its journal append run in one synchronous block, so
- * no other request sees one without the other: that block is the atomic step, and the
- * caller is answered once the journal has written it (group commit). It keeps nothing
- * another instance could need: with several instances, use the Redis one.
+ * journal. Every change and its journal append run in one synchronous block, so no other
+ * request sees one without the other: that block is the atomic step, and the caller is
+ * answered once the journal has written it (group commit). It keeps nothing another
+ * instance could need: with several instances, use the Redis one.
+ *
+ * Each operation takes its states through the rules of policy.ts in the same order as the
+ * Redis scripts (lua/record.lua and the others) do: the window and the holds move on to
+ * `now`, then the rules run on the states judged at that moment (judge()).
  */
 export class MemoryHotState implements HotState {
   readonly #journal: LocalJournal
@@ -74,14 +83,14 @@ export class MemoryHotState implements HotState {
   readonly #byUser = new Map<string, Map<string, AgentEntry>>()
   // The window's event ids and their costs, at most 64 bytes each (dedup.ts).
   readonly #seen = new EventIdSet()
-  // user → their open budget holds (issue 13); a user without any has no book.
+  // user → their open budget holds; a user without any has no book.
   readonly #holds = new Map<string, HoldBook>()
   // Round-robin cursor over the agents, to forget idle ones a few at a time.
   #sweep: Iterator<[string, AgentEntry]> = this.#agents.entries()
 
   readonly #graceMs: number
 
-  /** `graceMs`: how long after a pause an llm_call may still arrive unflagged (issue 13). */
+  /** `graceMs`: how long after a pause an llm_call may still arrive unflagged. */
   constructor(journal: LocalJournal, o: { graceMs?: number } = {}) {
     this.#journal = journal
     this.#graceMs = o.graceMs ?? DEFAULT_IGNORE_GRACE_MS
@@ -96,11 +105,16 @@ export class MemoryHotState implements HotState {
       await this.#journal.synced()
       return step
     }
+    // In the order the Redis script journals them: the agent's changes, then its fleet's.
+    const changes = (fleet: boolean): JournalRow[] =>
+      step.transitions.length + step.alerts.length === 0
+        ? []
+        : [...step.transitions.filter((t) => isFleet(t) === fleet).map(asRow), ...step.alerts.filter((x) => isFleet(x) === fleet).map(alertAsRow)]
     await this.#journal.append(
       [
         { table: 'events', row: e.row },
-        ...step.transitions.map(asRow),
-        ...step.alerts.map(alertAsRow),
+        ...changes(false),
+        ...changes(true),
         ...(step.ignored ? [{ table: 'ignored_pauses', row: ignoredRow(step.ignored) } as const] : []),
       ],
       now,
@@ -108,15 +122,14 @@ export class MemoryHotState implements HotState {
     return step
   }
 
+  /** The atomic step of record(): dedup, the hold it settles, the rules (policy.ts stepEvent), the windows. */
   #count(e: RecordInput, now: number): RecordResult {
     const nowMinute = minuteOf(now)
     this.#seen.expire(nowMinute)
     this.#forgetIdle(nowMinute, SWEEP_PER_ACCESS)
     const fleetRef = fleetOf(e.userId)
-    const agent = this.#entry(e)
-    const fleet = this.#entry(fleetRef)
-    agent.window.expire(nowMinute)
-    fleet.window.expire(nowMinute)
+    const agent = this.#moveOn(e, now)
+    const fleet = this.#moveOn(fleetRef, now)
     this.#expireHolds(e.userId, now)
     const fp = fingerprint(e.userId, e.agentId, e.eventId)
     const seenCost = this.#seen.get(fp, nowMinute)
@@ -128,14 +141,45 @@ export class MemoryHotState implements HotState {
     if (e.holdId !== undefined) this.#settle(e, e.holdId)
     const minute = minuteOf(e.at)
     this.#seen.add(fp, e.costNano, minute)
-    // Against the pause its client was told of before this event: the agent's own, else its fleet's.
-    const ignored = e.llmCall ? this.#ignore(e, agent, holdingPause(agent.pause, fleet.pause)?.pause.since ?? 0, now, fleet) : null
+    const meters = { agent: resolveMeters(agent.meters, now), fleet: resolveMeters(fleet.meters, now) }
+    const a = judge(agent, meters.agent)
+    const f = judge(fleet, meters.fleet)
+    const totals = { agent: agent.window.totalNano, fleet: fleet.window.totalNano }
+    const step = stepEvent(a, f, meters, { costNano: e.costNano, llmCall: e.llmCall, ignored: agent.ignored, graceMs: this.#graceMs }, now)
+    agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
+    fleet.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
+    agent.pause = a.pause
+    agent.ignored = step.ignored
+    fleet.pause = f.pause
     const transitions: Transition[] = []
     const alerts: BudgetAlert[] = []
-    // The same step for the agent and for its fleet, whose window sums all of the user's agents.
-    this.#add(e, agent, e, minute, now, transitions, alerts)
-    this.#add(fleetRef, fleet, e, minute, now, transitions, alerts)
+    this.#changes(e, agent, a, meters.agent, totals.agent, step.agent, now, transitions, alerts)
+    this.#changes(fleetRef, fleet, f, meters.fleet, totals.fleet, step.fleet, now, transitions, alerts)
+    const ignored = step.raised ? this.#ignoredPause(e, step.ignored, agent, fleet, now) : null
     return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions, alerts, ignored }
+  }
+
+  /** What counting an event did to a state, as transitions and alerts (`before`: its total before the event). */
+  #changes(ref: AgentRef, entry: AgentEntry, s: Judged, meters: readonly ResolvedMeter[], before: Nano, c: Counted, now: number, transitions: Transition[], alerts: BudgetAlert[]): void {
+    if (c.relaxed) transitions.push(transitionOf(ref, entry, c.relaxed, s, meters, before, now))
+    if (c.crossed) transitions.push(transitionOf(ref, entry, c.crossed, s, meters, entry.window.totalNano, now))
+    if (c.fired.length === 0) return
+    const exhaustionAt = this.#exhaustion(entry, now)
+    for (const { meter, level } of c.fired) {
+      const m = meters[meter]!
+      alerts.push({
+        userId: ref.userId,
+        agentId: ref.agentId,
+        at: now,
+        version: nextVersion(now),
+        meter: m.id,
+        level,
+        totalNano: s.spent[meter]!,
+        thresholdNano: m.limitNano,
+        exhaustionAt,
+        webhookUrl: entry.policy.webhookUrl,
+      })
+    }
   }
 
   /** Releases the agent's open hold `holdId`; another agent's is a 404, before anything changed. */
@@ -163,27 +207,37 @@ export class MemoryHotState implements HotState {
   }
 
   async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
-    const nowMinute = minuteOf(now)
     this.#expireHolds(ref.userId, now)
     let book = this.#holds.get(ref.userId)
     const open = book?.get(request.holdId)
+    // Another agent's open hold is refused before anything changes.
     if (open && open.agentId !== ref.agentId) throw holdOfAnotherAgent(request.holdId)
     const fleetRef = fleetOf(ref.userId)
-    const agent = this.#entry(ref)
-    const fleet = this.#entry(fleetRef)
-    agent.window.expire(nowMinute)
-    fleet.window.expire(nowMinute)
-    // What the expiry relaxed comes first: an auto-resumed agent may hold again.
-    const transitions = [this.#evaluate(ref, agent, now, false), this.#evaluate(fleetRef, fleet, now, false)].filter((t) => t !== null)
-    // A retry of a hold still open is that hold, granted again and held once.
-    const refusal = open ? null : holdRefusal(holdBudget(agent), holdBudget(fleet), request.costNano)
-    if (refusal === null && !open) {
+    const agent = this.#moveOn(ref, now)
+    const fleet = this.#moveOn(fleetRef, now)
+    const meters = { agent: resolveMeters(agent.meters, now), fleet: resolveMeters(fleet.meters, now) }
+    const a = judge(agent, meters.agent)
+    const f = judge(fleet, meters.fleet)
+    const step = stepHold(a, f, meters, request.costNano, open !== undefined)
+    agent.pause = a.pause
+    fleet.pause = f.pause
+    const transitions: Transition[] = []
+    if (step.agent) transitions.push(transitionOf(ref, agent, step.agent, a, meters.agent, agent.window.totalNano, now))
+    if (step.fleet) transitions.push(transitionOf(fleetRef, fleet, step.fleet, f, meters.fleet, fleet.window.totalNano, now))
+    if (step.refusal === null && !open) {
       if (!book) this.#holds.set(ref.userId, (book = new HoldBook()))
       book.add({ id: request.holdId, agentId: ref.agentId, costNano: request.costNano, expiresAt: request.expiresAt })
-      agent.held += request.costNano
-      fleet.held += request.costNano
+      a.held = agent.held += request.costNano
+      f.held = fleet.held += request.costNano
     }
-    const answer = { refusal, ...pausedBy(agent.pause, fleet.pause), remainingNano: holdRoom(holdBudget(agent), holdBudget(fleet)), transitions }
+    const answer = {
+      refusal: step.refusal,
+      ...pausedBy(agent.pause, fleet.pause),
+      remainingNano: holdRoom([
+        { s: a, meters: meters.agent },
+        { s: f, meters: meters.fleet },
+      ]),
+    }
     // Reads append past the bound, and so does a hold: it stores nothing but the rare relaxing transition.
     if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
     return answer
@@ -197,16 +251,13 @@ export class MemoryHotState implements HotState {
     return { agentId: hold.agentId, costNano: hold.costNano }
   }
 
-  /** Counts an llm_call against the pause that holds (policy.ts countIgnored); the flag when it raises it. */
-  #ignore(e: RecordInput, agent: AgentEntry, since: number, now: number, fleet: AgentEntry): IgnoredPause | null {
-    const { ignored, raised } = countIgnored(agent.ignored, since, now, e.costNano, this.#graceMs)
-    agent.ignored = ignored
-    if (!raised) return null
+  /** The ignoring-pause flag an llm_call raised, against the pause that held its agent. */
+  #ignoredPause(e: RecordInput, ignored: Ignored, agent: AgentEntry, fleet: AgentEntry, now: number): IgnoredPause {
     return {
       userId: e.userId,
       agentId: e.agentId,
       at: now,
-      pausedSince: since,
+      pausedSince: ignored.since,
       calls: ignored.calls,
       costNano: ignored.nano,
       version: nextVersion(now),
@@ -214,31 +265,18 @@ export class MemoryHotState implements HotState {
     }
   }
 
-  /** Adds an event to an agent's or a fleet's window and applies the rules: what changed goes to `transitions` and `alerts`. */
-  #add(ref: AgentRef, agent: AgentEntry, e: RecordInput, minute: number, now: number, transitions: Transition[], alerts: BudgetAlert[]): void {
-    // What the expiry relaxed comes first (an override ends when the total fell back under
-    // the threshold, even if this event takes it over again), then this event.
-    const relaxed = this.#evaluate(ref, agent, now, false)
-    if (relaxed) transitions.push(relaxed)
-    // Levels the expiry took the total below re-arm first, so this event can fire them again.
-    agent.alerted = evaluateAlerts(agent.alerted, agent.window.totalNano, agent.policy, false).alerted
-    agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
-    const crossed = this.#evaluate(ref, agent, now, true)
-    if (crossed) transitions.push(crossed)
-    const { alerted, fired } = evaluateAlerts(agent.alerted, agent.window.totalNano, agent.policy, true)
-    agent.alerted = alerted
-    if (fired.length === 0) return
-    const budget = this.#budget(agent, now)
-    for (const level of fired) {
-      alerts.push({ userId: ref.userId, agentId: ref.agentId, at: now, version: nextVersion(now), level, ...budget, webhookUrl: agent.policy.webhookUrl })
-    }
+  /** An agent's total against its daily budget, and when it reaches it (projection.ts). */
+  #budget(agent: AgentEntry, now: number): { totalNano: Nano; thresholdNano: Nano; exhaustionAt: number | null } {
+    const { window } = agent
+    const threshold = agentBudget(agent.policy)
+    return { totalNano: window.totalNano, thresholdNano: threshold, exhaustionAt: this.#exhaustion(agent, now) }
   }
 
-  /** The total against the threshold, and when it reaches it (projection.ts). */
-  #budget(agent: AgentEntry, now: number): { totalNano: Nano; thresholdNano: Nano; exhaustionAt: number | null } {
-    const { window, policy } = agent
-    const spend = { totalNano: window.totalNano, lastHourNano: window.lastHourNano(minuteOf(now)), hours: window.hours }
-    return { totalNano: window.totalNano, thresholdNano: policy.thresholdNano, exhaustionAt: exhaustionAt(spend, policy.thresholdNano, now) }
+  /** When a state's total reaches its daily budget at the last hour's rate (projection.ts); null without one. */
+  #exhaustion(entry: AgentEntry, now: number): number | null {
+    const { window, policy } = entry
+    if (policy.thresholdNano === null) return null
+    return exhaustionAt({ totalNano: window.totalNano, lastHourNano: window.spentSince(minuteOf(now) - 59), hours: window.hours }, policy.thresholdNano, now)
   }
 
   async listAgents(userId: string, now: number): Promise<ListedAgent[]> {
@@ -251,7 +289,7 @@ export class MemoryHotState implements HotState {
     for (const [agentId, agent] of this.#byUser.get(userId) ?? []) {
       agent.window.expire(nowMinute)
       if (agent.window.empty) continue
-      const transition = this.#evaluate({ userId, agentId }, agent, now, false)
+      const transition = this.#relax({ userId, agentId }, agent, now)
       if (transition) transitions.push(transition)
       listed.push({ agentId, snapshot: snapshotOf(agent) })
     }
@@ -268,10 +306,10 @@ export class MemoryHotState implements HotState {
         exhaustionAt: null,
       }
     }
-    agent.window.expire(minuteOf(now))
     this.#expireHolds(ref.userId, now)
-    const transition = this.#evaluate(ref, agent, now, false)
-    const { exhaustionAt } = this.#budget(agent, now)
+    this.#moveOn(ref, now)
+    const transition = this.#relax(ref, agent, now)
+    const exhaustionAt = this.#exhaustion(agent, now)
     // Reads append past the bound: a relaxing transition is rare, and a read never fails for it.
     if (transition) await this.#journal.append([asRow(transition)], now)
     return { snapshot: snapshotOf(agent), transition, exhaustionAt }
@@ -279,34 +317,36 @@ export class MemoryHotState implements HotState {
 
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null> {
     this.#mustHaveRoom()
-    const agent = this.#entry(ref)
+    const agent = this.#moveOn(ref, now)
     const row = configRow(ref, policy, now, actor, agent.configured ? shownConfig(agent.policy) : '')
-    const thresholdChanged = agent.policy.thresholdNano !== policy.thresholdNano
-    agent.alerted = carryAlerts(agent.alerted, agent.policy.alertAt, policy.alertAt)
-    agent.policy = { ...policy }
+    const next = { ...policy }
+    const meters = resolveMeters(agent.meters, now)
+    const s = judge(agent, meters)
+    const change = changePolicy(s, agent.meters, metersOf(next))
+    agent.policy = next
+    agent.meters = metersOf(next)
+    agent.alerted = s.alerted
+    agent.pause = s.pause
     agent.configured = true
-    let transition: Transition | null = null
-    if (thresholdChanged && agent.pause.override) {
-      agent.pause = { ...agent.pause, override: false }
-      transition = transitionOf(ref, agent, now, 'threshold_changed', actor)
-    }
+    const transition = change ? transitionOf(ref, agent, change, s, meters, agent.window.totalNano, now, actor) : null
     await this.#journal.append([{ table: 'agent_configs', row }, ...(transition ? [asRow(transition)] : [])], now)
     return transition
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null> {
     this.#mustHaveRoom()
-    const agent = this.#entry(ref)
-    agent.window.expire(minuteOf(now))
     this.#expireHolds(ref.userId, now)
-    const next = manual(agent.pause, paused, committedNano(agent), spentNano(agent, now), agent.policy, now)
-    if (!next) {
+    const agent = this.#moveOn(ref, now)
+    const meters = resolveMeters(agent.meters, now)
+    const s = judge(agent, meters)
+    const change = manual(s, meters, paused, now)
+    if (!change) {
       // Already so: answer once what made it so is on disk.
       await this.#journal.synced()
       return null
     }
-    agent.pause = next
-    const transition = transitionOf(ref, agent, now, 'manual', actor)
+    agent.pause = s.pause
+    const transition = transitionOf(ref, agent, change, s, meters, agent.window.totalNano, now, actor)
     await this.#journal.append([asRow(transition)], now)
     return transition
   }
@@ -314,8 +354,8 @@ export class MemoryHotState implements HotState {
   /**
    * Starts replacing the whole state with a rebuild (ingest/rebuild.ts): the state is
    * cleared now, filled through the returned Restore, and acted on by its finish(). Events
-   * are fed without ever holding them all: ten million of them once took the process past
-   * its heap as objects (issue 11).
+   * are fed without ever holding them all: ten million of them as objects once took the
+   * process past its heap.
    */
   beginRestore(now: number): Restore {
     this.#agents.clear()
@@ -351,6 +391,7 @@ export class MemoryHotState implements HotState {
       policy: (ref, policy) => {
         const agent = this.#entry(ref)
         agent.policy = { ...policy }
+        agent.meters = metersOf(agent.policy)
         agent.configured = true
       },
       pause: (ref, pause) => {
@@ -361,13 +402,19 @@ export class MemoryHotState implements HotState {
       },
       finish: async () => {
         // A crossing stored just before a crash was never acted on, and is now (journaled).
-        // The alert levels the totals are at count as fired: they were, with the events that
+        // The alert levels the spend is at count as fired: they were, with the events that
         // crossed them (the same journal append), or their level came with a config since.
         const transitions: Transition[] = []
         for (const [key, agent] of this.#agents) {
-          agent.alerted = alertsReached(agent.window.totalNano, agent.policy)
-          const t = this.#evaluate(refOf(key), agent, now, true)
-          if (t) transitions.push(t)
+          const meters = resolveMeters(agent.meters, now)
+          const s = judge(agent, meters)
+          agent.alerted = {}
+          meters.forEach((m, i) => {
+            if (m.alertAt.length > 0) agent.alerted[m.id] = levelsReached(m, s.spent[i]!)
+          })
+          const change = relax(s, meters) ?? cross(s, meters, now)
+          agent.pause = s.pause
+          if (change) transitions.push(transitionOf(refOf(key), agent, change, s, meters, agent.window.totalNano, now))
         }
         if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
         return transitions
@@ -394,7 +441,8 @@ export class MemoryHotState implements HotState {
     const key = agentKey(ref)
     let agent = this.#agents.get(key)
     if (!agent) {
-      agent = { window: new RollingWindow(), pause: RUNNING, policy: defaultPolicy(ref), configured: false, alerted: 0, ignored: NOT_IGNORED, held: 0 }
+      const policy = defaultPolicy(ref)
+      agent = { window: new RollingWindow(), pause: RUNNING, policy, meters: metersOf(policy), configured: false, alerted: {}, ignored: NOT_IGNORED, held: 0 }
       this.#agents.set(key, agent)
       // A fleet is kept with the agents (types.ts FLEET), but is not one of them.
       if (isFleet(ref)) return agent
@@ -405,15 +453,21 @@ export class MemoryHotState implements HotState {
     return agent
   }
 
-  #evaluate(ref: AgentRef, agent: AgentEntry, now: number, mayPause: boolean): Transition | null {
-    const spent = spentNano(agent, now)
-    const next = evaluate(agent.pause, committedNano(agent), spent, agent.policy, mayPause, now)
-    if (!next) return null
-    agent.pause = next.state
-    const transition = transitionOf(ref, agent, now, next.reason)
-    const limit = agent.policy.velocityLimitNano
-    if (next.reason === 'velocity' && limit !== null) transition.velocity = { spentNano: spent, limitNano: limit, windowMinutes: agent.policy.velocityWindowMinutes }
-    return transition
+  /** The entry of a state, its window moved on to `now`. */
+  #moveOn(ref: AgentRef, now: number): AgentEntry {
+    const entry = this.#entry(ref)
+    entry.window.expire(minuteOf(now))
+    return entry
+  }
+
+  /** The relaxing rules on a state (a read), and the transition they journal. */
+  #relax(ref: AgentRef, agent: AgentEntry, now: number): Transition | null {
+    const meters = resolveMeters(agent.meters, now)
+    const s = judge(agent, meters)
+    const change = relax(s, meters)
+    if (!change) return null
+    agent.pause = s.pause
+    return transitionOf(ref, agent, change, s, meters, agent.window.totalNano, now)
   }
 
   /**
@@ -439,22 +493,18 @@ export class MemoryHotState implements HotState {
       }
     }
   }
-
 }
 
 // Agents looked at per event: every agent is visited within (agents / 2) events. Eight a
 // time took 2 % of burnrate's CPU under the bench's load (bench/, --cpu-prof).
 const SWEEP_PER_ACCESS = 2
 
-function agentKey(ref: AgentRef): string {
-  return `${ref.userId}\0${ref.agentId}`
+/** A state as the rules judge it at the moment its meters were resolved for. */
+function judge(entry: AgentEntry, meters: readonly ResolvedMeter[]): Judged {
+  const spent = new Array<Nano>(meters.length)
+  for (let i = 0; i < meters.length; i++) spent[i] = entry.window.spentSince(meters[i]!.from)
+  return { pause: entry.pause, spent, held: entry.held, alerted: entry.alerted }
 }
-
-function refOf(key: string): AgentRef {
-  const i = key.indexOf('\0')
-  return { userId: key.slice(0, i), agentId: key.slice(i + 1) }
-}
-
 
 function asRow(t: Transition): JournalRow {
   return { table: 'pause_transitions', row: transitionRow(t) }
@@ -479,34 +529,22 @@ function snapshotOf(agent: AgentEntry): AgentSnapshot {
   }
 }
 
-/** What the budget rules count: the spend of the window and the open holds (issue 13). */
-function committedNano(agent: AgentEntry): Nano {
-  return agent.window.totalNano + agent.held
-}
-
-function holdBudget(agent: AgentEntry): HoldBudget {
-  return { pause: agent.pause, totalNano: agent.window.totalNano, heldNano: agent.held, thresholdNano: agent.policy.thresholdNano }
-}
-
-/** The spend in the agent's velocity window (issue 13: at most 60 buckets read); 0 without a limit. */
-function spentNano(agent: AgentEntry, now: number): Nano {
-  const { velocityLimitNano, velocityWindowMinutes } = agent.policy
-  return velocityLimitNano === null ? 0 : agent.window.spentInLast(velocityWindowMinutes, minuteOf(now))
-}
-
-function transitionOf(ref: AgentRef, agent: AgentEntry, now: number, reason: TransitionReason, actor = SYSTEM_ACTOR): Transition {
+/** A change the rules made, as the transition journaled and announced; `totalNano`: the window's total at that point. */
+function transitionOf(ref: AgentRef, entry: AgentEntry, change: Change, s: Judged, meters: readonly ResolvedMeter[], totalNano: Nano, now: number, actor = SYSTEM_ACTOR): Transition {
+  const m = change.meter >= 0 && change.reason === meters[change.meter]!.id ? meters[change.meter]! : undefined
   return {
     userId: ref.userId,
     agentId: ref.agentId,
     at: now,
     version: nextVersion(now),
     actor,
-    paused: agent.pause.paused,
-    reason,
-    override: agent.pause.override,
-    totalNano: agent.window.totalNano,
-    thresholdNano: agent.policy.thresholdNano,
-    webhookUrl: agent.policy.webhookUrl,
-    ...(agent.held !== 0 ? { heldNano: agent.held } : {}),
+    paused: change.pause.paused,
+    reason: change.reason,
+    override: change.pause.override,
+    totalNano,
+    thresholdNano: budgetMeter(entry.policy)?.limitNano ?? null,
+    webhookUrl: entry.policy.webhookUrl,
+    ...(m ? { meter: { id: m.id, spentNano: s.spent[change.meter]!, limitNano: m.limitNano, windowMinutes: m.windowMinutes } } : {}),
+    ...(s.held !== 0 ? { heldNano: s.held } : {}),
   }
 }

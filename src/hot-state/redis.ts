@@ -1,86 +1,109 @@
-import { readFileSync } from 'node:fs'
-import type { Cluster, Redis } from 'ioredis'
 import { LRUCache } from 'lru-cache'
+import { z } from 'zod'
 import { StoreUnavailableError } from '../errors.ts'
 import type { RedisJournal } from '../journal/redis-streams.ts'
 import { JournalFullError } from '../journal/types.ts'
+import type { Nano } from '../money.ts'
 import { toChDateTime } from '../storage/clickhouse.ts'
 import { configRow, shownConfig } from '../storage/configs.ts'
 import { redisFailure } from '../storage/failures.ts'
-import { NO_REPLICA_WAIT, durably, type ReplicaWait } from '../storage/redis.ts'
+import { NO_REPLICA_WAIT, durably, type RedisClient, type ReplicaWait } from '../storage/redis.ts'
 import { agentKeyId, eventFingerprint, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../window.ts'
-import { exhaustionAt, type Spend } from './projection.ts'
 import { holdOfAnotherAgent } from './holds.ts'
-import { holdRoom, pausedBy, type HoldBudget } from './policy.ts'
+import { budgetMeter, metersOf, pauseReasonOf, resolveMeters, type ResolvedMeter } from './meters.ts'
+import { holdRoom, levelsReached, pausedBy, type Judged } from './policy.ts'
+import { exhaustionAt } from './projection.ts'
+import { isControl, isControlReply, parseReply, queueScript, defineScripts, type Control, type LuaMeter, type ScriptName, type ScriptResult, type SpendReply, type StateArgs, type TransitionReply } from './scripts.ts'
 import {
   DEFAULT_IGNORE_GRACE_MS,
-  NOT_IGNORED,
   RUNNING,
   SYSTEM_ACTOR,
+  agentBudget,
+  agentKey,
   defaultPolicy,
   fleetOf,
-  storedVelocityLimit,
-  velocityLimitOf,
   type AgentLoad,
-  type AgentPolicy,
   type AgentLoader,
+  type AgentPolicy,
   type AgentRef,
   type AgentSnapshot,
   type BudgetAlert,
-  type HoldRefusal,
   type HoldRequest,
   type HoldResult,
   type HotState,
   type ListedAgent,
-  type PauseReason,
   type PauseState,
   type RecordEvent,
   type RecordResult,
   type ReleasedHold,
   type Transition,
-  type TransitionReason,
 } from './types.ts'
 
 /** The agents of a user with events in the window, as ClickHouse has them (for a lost index). */
 export type UserAgentsLoader = (userId: string, now: number) => Promise<string[]>
 
 export interface RedisHotStateOptions {
-  redis: Redis | Cluster
+  redis: RedisClient
   /** This instance's journal: every script appends to its stream of the user's partition. */
   journal: RedisJournal
   loader: AgentLoader
   userAgents: UserAgentsLoader
   prefix?: string
-  /** How long after a pause an llm_call may still arrive unflagged (issue 13). */
+  /** How long after a pause an llm_call may still arrive unflagged. */
   graceMs?: number
-  /** Replicas that must hold a write before it is answered (issue 15); none by default. */
+  /** Replicas that must hold a write before it is answered; none by default. */
   replicaWait?: ReplicaWait
 }
 
+/** A state's policy as this instance knows it: the version Redis stores it under, and the policy. */
+interface KnownPolicy {
+  pv: number
+  policy: AgentPolicy
+}
+
+/** The states of a call's refs, in their order. */
+type CallStates<R extends readonly AgentRef[]> = { readonly [K in keyof R]: CallState }
+
+/** A state as one script call sees it: its arguments, the policy its meters were resolved from, and those meters. */
+interface CallState {
+  ref: AgentRef
+  args: StateArgs
+  known: KnownPolicy
+  meters: readonly ResolvedMeter[]
+}
+
 /**
- * The hot state in Redis, shared by every burnrate instance (DECISIONS.md "Architecture"),
- * with the journal in the same atomic step (issue 8): each operation is one Lua script over
- * one agent's keys, its user's agent index and this instance's journal stream of the user's
- * partition. They all carry the partition's hash tag {p<n>} (storage/redis-keys.ts), so a
- * script touches one Redis Cluster slot, and its effects and its journal rows are applied
- * together or not at all; Redis's AOF makes them durable.
- * Redis is derived state for the counters: a script finding the agent not loaded answers
- * NEEDS_LOAD, and the agent is installed from ClickHouse (the loader) by a script that
- * installs only once. The rules are memory.ts's, branch for branch (lua/lib.lua mirrors policy.ts).
+ * The hot state in Redis, shared by every burnrate instance, with the journal in the same
+ * atomic step: each operation is one Lua script (scripts.ts) over its states' keys, its
+ * user's agent index and this instance's journal stream of the user's partition. They all
+ * carry the partition's hash tag {p<n>} (storage/redis-keys.ts), so a script touches one
+ * Redis Cluster slot, and its effects and its journal rows are applied together or not at
+ * all; Redis's AOF makes them durable. The rules are policy.ts's, mirrored by lua/rules.lua.
+ *
+ * Redis is derived state for the counters: a script that finds a state not loaded answers
+ * NEEDS_LOAD, and the state is installed from ClickHouse (the loader) by a script that
+ * installs only once. Each state keeps its policy and the policy's version; this instance
+ * keeps the policies it knows, resolves their meters for the moment of each call (meters.ts,
+ * so that calendars and time zones stay out of Lua) and sends the version with them. A
+ * script that finds another version stored answers STALE with the stored policy, before
+ * changing anything, and is called again: a config set through any instance applies to the
+ * next event everywhere.
  */
 export class RedisHotState implements HotState {
-  readonly #redis: Redis | Cluster
-  readonly #scripts: Scripts
+  readonly #redis: RedisClient
   readonly #prefix: string
   readonly #journal: RedisJournal
   readonly #loader: AgentLoader
   readonly #userAgents: UserAgentsLoader
   readonly #graceMs: number
   readonly #replicaWait: ReplicaWait
-  // One loader call in flight per agent (and per user index) in this process; other
+  // One loader call in flight per state (and per user index) in this process; other
   // instances are kept from double counting by load.lua, which installs only once.
   readonly #loading = new Map<string, Promise<void>>()
+  // The policies this instance knows, by agentKey(); a state it does not know is taken to
+  // have the default policy (version 0), which most agents of a fleet have.
+  readonly #policies = new LRUCache<string, KnownPolicy>({ max: 100_000 })
 
   constructor(opts: RedisHotStateOptions) {
     const prefix = opts.prefix ?? 'br:'
@@ -93,55 +116,74 @@ export class RedisHotState implements HotState {
     this.#userAgents = opts.userAgents
     this.#graceMs = opts.graceMs ?? DEFAULT_IGNORE_GRACE_MS
     this.#replicaWait = opts.replicaWait ?? NO_REPLICA_WAIT
-    for (const [name, { lua, keys }] of Object.entries(SCRIPTS)) {
-      opts.redis.defineCommand(name, { lua, numberOfKeys: keys })
-    }
-    this.#scripts = opts.redis as unknown as Scripts
+    defineScripts(opts.redis)
   }
 
   async record(e: RecordEvent, now: number): Promise<RecordResult> {
     const fleetRef = fleetOf(e.userId)
-    const fleet = this.#keys(fleetRef)
-    const reply = (await this.#agentScript(e, now, DURABLE, (s, k, head) =>
-      s.burnrateRecord(
-        ...withFleet(k, fleet),
-        ...head,
-        String(e.costNano),
-        e.llmCall ? 1 : 0,
-        minuteOf(e.at),
-        JSON.stringify(e.row),
-        eventFingerprint(e.userId, e.agentId, e.eventId),
-        this.#names(fleetRef).members,
-        this.#graceMs,
-        e.holdId ?? '',
-      ),
-    )) as RecordReply | typeof HOLD_OF_ANOTHER_AGENT
-    if (reply === HOLD_OF_ANOTHER_AGENT) throw holdOfAnotherAgent(e.holdId!)
-    const [counted, total, reason, cost, threshold, spend, fired, webhook, f, ign, ...transitions] = reply
-    const [fleetReason, fleetTotal, fleetThreshold, fleetWebhook, fleetTransitions, fleetFired, fleetSpend] = f
-    const budget = { totalNano: Number(total), thresholdNano: Number(threshold), exhaustionAt: exhaustionAt(spendOf(total, spend), Number(threshold), now) }
-    const fleetBudget = {
-      totalNano: Number(fleetTotal),
-      thresholdNano: Number(fleetThreshold),
-      exhaustionAt: fleetSpend ? exhaustionAt(spendOf(fleetTotal, fleetSpend), Number(fleetThreshold), now) : null,
-    }
+    const { result, states } = await this.#run('record', [e, fleetRef] as const, now, DURABLE, ([agent, fleet]) => ({
+      keys: this.#partitionKeys(e.userId),
+      args: {
+        ...this.#head(now),
+        grace: this.#graceMs,
+        states: { [agent.args.key]: agent.args, [fleet.args.key]: fleet.args },
+        events: [
+          {
+            agent: agent.args.key,
+            fleet: fleet.args.key,
+            index: this.#userNames(e.userId).index,
+            agent_id: e.agentId,
+            fp: eventFingerprint(e.userId, e.agentId, e.eventId),
+            cost: e.costNano,
+            llm_call: e.llmCall,
+            minute: minuteOf(e.at),
+            hold: e.holdId,
+            row: 2,
+          },
+        ],
+      },
+      rest: [JSON.stringify(e.row)],
+    }))
+    const answer = result.events[0]!
+    if ('error' in answer) throw holdOfAnotherAgent(e.holdId!)
+    const [agent, fleet] = states
+    const exhausted = projected(agent.known.policy, answer.total, answer.spend, now)
+    const fleetExhausted = answer.fleet_spend ? projected(fleet.known.policy, answer.fleet_total!, answer.fleet_spend, now) : null
+    const of = (scope: string) => (scope === 'fleet' ? fleet : agent)
     return {
-      counted: counted === 1,
-      costNano: Number(cost),
-      ...budget,
-      ...pausedBy(pauseOf(reason), pauseOf(fleetReason)),
-      transitions: [...transitions.map((t) => transitionOf(e, now, t)), ...fleetTransitions.map((t) => transitionOf(fleetRef, now, t))],
-      alerts: [...alertsOf(e, now, fired, budget, webhook), ...alertsOf(fleetRef, now, fleetFired, fleetBudget, fleetWebhook)],
-      ignored: ign
+      counted: answer.counted,
+      costNano: answer.cost,
+      totalNano: answer.total,
+      thresholdNano: agentBudget(agent.known.policy),
+      exhaustionAt: exhausted,
+      ...pausedBy(told(answer.reason), told(answer.fleet_reason)),
+      transitions: (answer.transitions ?? []).map((t) => transitionOf(of(t.scope), t, now)),
+      alerts: (answer.alerts ?? []).map((a): BudgetAlert => {
+        const s = of(a.scope)
+        const m = s.meters[a.meter]!
+        return {
+          userId: s.ref.userId,
+          agentId: s.ref.agentId,
+          at: now,
+          version: a.version,
+          meter: m.id,
+          level: m.alertAt[a.level]!,
+          totalNano: a.spent,
+          thresholdNano: m.limitNano,
+          exhaustionAt: s === fleet ? fleetExhausted : exhausted,
+          webhookUrl: s.known.policy.webhookUrl,
+        }
+      }),
+      ignored: answer.ignored
         ? {
             userId: e.userId,
             agentId: e.agentId,
             at: now,
-            pausedSince: Number(ign[0]),
-            calls: Number(ign[1]),
-            costNano: Number(ign[2]),
-            version: Number(ign[3]),
-            webhookUrl: webhook || fleetWebhook || null,
+            pausedSince: answer.ignored.since,
+            calls: answer.ignored.calls,
+            costNano: answer.ignored.nano,
+            version: answer.ignored.version,
+            webhookUrl: agent.known.policy.webhookUrl ?? fleet.known.policy.webhookUrl,
           }
         : null,
     }
@@ -153,28 +195,25 @@ export class RedisHotState implements HotState {
 
   /** get(), and the projection's reads only `withSpend` (a listing of 10,000 agents has no use for them). */
   async #read(ref: AgentRef, now: number, withSpend: boolean): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
-    const [s, t, spend] = (await this.#agentScript(ref, now, !DURABLE, (c, k, head) => c.burnrateGet(...k, ...k.holds, ...head, withSpend ? 1 : 0))) as GetReply
-    const [total, calls, paused, reason, override, threshold, autoResume, webhook, configured, active, alertAt, vlimit, vwindow, since, ignSince, ignCalls, ignNano, ignFlag, held] = s
+    const { result: r, states } = await this.#run('get', [ref] as const, now, !DURABLE, ([s]) => ({
+      keys: this.#partitionKeys(ref.userId),
+      args: { ...this.#head(now), state: s.args, with_spend: withSpend },
+    }))
+    const [s] = states
+    const { policy, pv } = s.known
     return {
       snapshot: {
-        active: active === 1,
-        totalNano: Number(total),
-        llmCalls: Number(calls),
-        pause: { paused: paused === 1, reason: reason === '' ? null : (reason as PauseReason), override: override === 1, since: Number(since) },
-        policy: {
-          thresholdNano: Number(threshold),
-          autoResume: autoResume === 1,
-          webhookUrl: webhook,
-          alertAt: alertAt.split(',').filter(Boolean).map(Number),
-          velocityLimitNano: velocityLimitOf(Number(vlimit)),
-          velocityWindowMinutes: vwindow,
-        },
-        configured: configured === 1,
-        ignored: { since: Number(ignSince), calls: Number(ignCalls), nano: Number(ignNano), flagged: ignFlag === 1 },
-        heldNano: Number(held),
+        active: r.active,
+        totalNano: r.total,
+        llmCalls: r.calls,
+        pause: r.pause.paused || r.pause.override ? { paused: r.pause.paused, reason: r.pause.paused ? pauseReasonOf(r.pause.reason) : null, override: r.pause.override, since: r.pause.since } : RUNNING,
+        policy,
+        configured: pv > 0,
+        ignored: { since: r.ignored.since, calls: r.ignored.calls, nano: r.ignored.nano, flagged: r.ignored.flagged },
+        heldNano: r.held,
       },
-      transition: t ? transitionOf(ref, now, t) : null,
-      exhaustionAt: spend ? exhaustionAt(spendOf(total, spend), Number(threshold), now) : null,
+      transition: r.transition ? transitionOf(s, r.transition, now) : null,
+      exhaustionAt: r.spend ? projected(policy, r.total, r.spend, now) : null,
     }
   }
 
@@ -184,16 +223,16 @@ export class RedisHotState implements HotState {
    * snapshot (active) settles.
    */
   async activeAgents(userId: string, now: number): Promise<string[]> {
-    const key = this.#userKey(userId)
-    const first = await unavailableOnError(() => this.#scripts.burnrateAgents(key, now))
-    if (first !== NEEDS_LOAD) return first as string[]
+    const keys = { index: this.#userNames(userId).index }
+    const first = await this.#once1('agents', keys, { now })
+    if (!isControlReply(first)) return first.agents
     await this.#once(`user\0${userId}`, async () => {
       const agents = await this.#userAgents(userId, now)
-      await unavailableOnError(() => this.#scripts.burnrateAgentsLoad(key, AGENT_TTL_MS, minuteOf(now), ...agents))
+      await this.#once1('agentsLoad', keys, { now, ttl: AGENT_TTL_MS, agents })
     })
-    const second = await unavailableOnError(() => this.#scripts.burnrateAgents(key, now))
-    if (second === NEEDS_LOAD) throw new StoreUnavailableError('Redis', `the agent index of a user was lost while loading it`)
-    return second as string[]
+    const second = await this.#once1('agents', keys, { now })
+    if (isControlReply(second)) throw new StoreUnavailableError('Redis', `the agent index of a user was lost while loading it`)
+    return second.agents
   }
 
   async listAgents(userId: string, now: number): Promise<ListedAgent[]> {
@@ -207,67 +246,55 @@ export class RedisHotState implements HotState {
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null> {
     // The script appends the config it replaces (it alone knows it at that moment): "replaced" is left out here.
     const row = configRow(ref, policy, now, actor)
-    const [t] = (await this.#agentScript(ref, now, DURABLE, (s, k, head) =>
-      s.burnrateSetPolicy(
-        ...k,
-        ...head,
-        String(policy.thresholdNano),
-        policy.autoResume ? 1 : 0,
-        policy.webhookUrl ?? '',
-        JSON.stringify(row),
-        actor,
-        row.shown,
-        policy.alertAt.join(','),
-        String(storedVelocityLimit(policy.velocityLimitNano)),
-        policy.velocityWindowMinutes,
-      ),
-    )) as [TransitionReply | false]
-    return t ? transitionOf(ref, now, t, actor) : null
+    const next = { ...policy }
+    const meters = resolveMeters(metersOf(next), now)
+    const { result, states } = await this.#run('setPolicy', [ref] as const, now, DURABLE, ([s]) => ({
+      keys: this.#partitionKeys(ref.userId),
+      args: { ...this.#head(now), state: s.args, policy: JSON.stringify(next), meters: luaMeters(meters), version: row.version, shown: row.shown, actor },
+      rest: [JSON.stringify(row)],
+    }))
+    const known = { pv: result.pv, policy: next }
+    this.#policies.set(agentKey(ref), known)
+    return result.transition ? transitionOf({ ...states[0], known, meters }, result.transition, now, actor) : null
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null> {
-    const [t] = (await this.#agentScript(ref, now, DURABLE, (s, k, head) => s.burnrateSetPaused(...k, ...k.holds, ...head, paused ? 1 : 0, actor))) as [
-      TransitionReply | false,
-    ]
-    return t ? transitionOf(ref, now, t, actor) : null
+    const { result, states } = await this.#run('setPaused', [ref] as const, now, DURABLE, ([s]) => ({
+      keys: this.#partitionKeys(ref.userId),
+      args: { ...this.#head(now), state: s.args, paused, actor },
+    }))
+    return result.transition ? transitionOf(states[0], result.transition, now, actor) : null
   }
 
   async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
     const fleetRef = fleetOf(ref.userId)
-    const fleet = this.#keys(fleetRef)
     // Holds are hot state only: a failover may lose one, never an event. No replica waits.
-    const reply = (await this.#agentScript(ref, now, !DURABLE, (s, k, head) =>
-      s.burnrateHold(
-        ...withFleet(k, fleet),
-        ...head,
-        request.holdId,
-        String(request.costNano),
-        request.expiresAt,
-        this.#names(fleetRef).members,
-      ),
-    )) as HoldReply | typeof HOLD_OF_ANOTHER_AGENT
-    if (reply === HOLD_OF_ANOTHER_AGENT) throw holdOfAnotherAgent(request.holdId)
-    const [refusal, a, f] = reply
-    const agent = holdBudgetOf(a)
-    const ofFleet = holdBudgetOf(f)
+    const { result, states } = await this.#run('hold', [ref, fleetRef] as const, now, !DURABLE, ([agent, fleet]) => ({
+      keys: this.#partitionKeys(ref.userId),
+      args: {
+        ...this.#head(now),
+        agent: agent.args,
+        fleet: fleet.args,
+        hold: { id: request.holdId, amount: request.costNano, expires: request.expiresAt, key_id: agentKeyId(ref.userId, ref.agentId), agent_id: ref.agentId },
+      },
+    }))
+    const [agent, fleet] = states
+    const judged = (s: (typeof result)['agent']): Judged => ({ pause: { ...RUNNING, ...s.pause, reason: null }, spent: s.spent, held: s.held, alerted: {} })
     return {
-      refusal: refusal === '' ? null : refusal,
-      ...pausedBy(agent.pause, ofFleet.pause),
-      remainingNano: holdRoom(agent, ofFleet),
-      transitions: [...(a[5] ? [transitionOf(ref, now, a[5])] : []), ...(f[5] ? [transitionOf(fleetRef, now, f[5])] : [])],
+      refusal: result.refusal ?? null,
+      ...pausedBy(told(result.agent.pause.reason), told(result.fleet.pause.reason)),
+      remainingNano: holdRoom([
+        { s: judged(result.agent), meters: agent.meters },
+        { s: judged(result.fleet), meters: fleet.meters },
+      ]),
     }
   }
 
   async release(userId: string, holdId: string, now: number): Promise<ReleasedHold | null> {
-    // The fleet's entry names the agent (lib.lua), whose keys the script needs; it checks
-    // again, as the hold may have gone since.
-    const fleet = this.#keys(fleetOf(userId))
-    const entry = await unavailableOnError(() => this.#redis.hget(fleet.holds[1], holdId))
-    if (entry === null) return null
-    const agentId = entry.slice(entry.indexOf(':') + 1)
-    const agent = this.#keys({ userId, agentId })
-    const released = await unavailableOnError(() => this.#scripts.burnrateRelease(fleet[0], ...fleet.holds, agent[0], ...agent.holds, now, holdId, agentId))
-    return typeof released === 'string' ? { agentId, costNano: Number(released) } : null
+    const names = this.#names(fleetOf(userId))
+    const reply = await this.#once1('release', { fleet: names.state }, { now, hold: holdId, agent_base: names.agentBase })
+    if (isControlReply(reply) || !reply.released) return null
+    return { agentId: reply.released.agent_id, costNano: reply.released.amount }
   }
 
   async ping(): Promise<void> {
@@ -278,54 +305,82 @@ export class RedisHotState implements HotState {
   async close(): Promise<void> {}
 
   /**
-   * Runs an agent script (lib.lua: its six keys and seven arguments, then its own). An agent
-   * not loaded is loaded and the script runs once more; a journal taken over by another
-   * instance is rejoined under a new id and the script runs again; the bound is a 503.
+   * Runs a script over the states of `refs` until it acts: `build` makes the call from the
+   * states as this instance knows them, afresh each time. A state not loaded is loaded, a
+   * stale policy is learnt, a journal taken over by another instance is rejoined under a
+   * new id, and the script runs again; the journal's bound is a 503. An open hold of
+   * another agent is the caller's to answer.
    */
-  async #agentScript(ref: AgentRef, now: number, durable: boolean, call: (scripts: Scripts, keys: AgentKeys, head: ScriptHead) => unknown): Promise<unknown> {
+  async #run<N extends ScriptName, R extends readonly AgentRef[]>(
+    name: N,
+    refs: R,
+    now: number,
+    durable: boolean,
+    build: (states: CallStates<R>) => { keys: Parameters<typeof queueScript<N>>[2]; args: object; rest?: readonly string[] },
+  ): Promise<{ result: ScriptResult<N>; states: CallStates<R> }> {
     const wait = durable ? this.#replicaWait : NO_REPLICA_WAIT
-    for (let attempt = 0; ; attempt++) {
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       const instance = this.#journal.instance
+      const states = refs.map((ref) => this.#callState(ref, now)) as unknown as CallStates<R>
+      const call = build(states)
       // The script is issued on the client, or on a pipeline whose WAIT follows it (durably).
-      const reply = await unavailableOnError(() => durably(this.#redis, wait, (c) => call(c as unknown as Scripts, this.#keys(ref), this.#head(ref, now)), wroteState))
-      if (reply === FENCED && attempt < 4) {
-        await this.#journal.rejoin(instance)
-        continue
-      }
-      if (reply === NEEDS_LOAD && attempt < 4) {
-        await this.#ensureLoaded(ref, now) // ClickHouse's failures are classified as ClickHouse's
-        continue
-      }
-      if (reply === NEEDS_FLEET_LOAD && attempt < 4) {
-        await this.#ensureLoaded(fleetOf(ref.userId), now)
-        continue
-      }
-      if (reply === FULL) {
+      const raw = await unavailableOnError(() => durably(this.#redis, wait, (c) => queueScript(c, name, call.keys, call.args, call.rest), (r) => !isControl(r)))
+      const reply = parseReply(name, raw)
+      if (!isControlReply(reply)) return { result: reply, states }
+      await this.#settle(reply, states, instance, now)
+    }
+    throw new StoreUnavailableError('Redis', `the hot state's ${name} script did not settle in ${MAX_ATTEMPTS} attempts (states expiring or flushed between loads, or a journal fenced again and again)`)
+  }
+
+  /** Does what a control answer asks for, before the script runs again. */
+  async #settle(reply: Control, states: ReadonlyArray<CallState>, instance: string, now: number): Promise<void> {
+    const byKey = (key: string) => states.find((s) => s.args.key === key)
+    switch (reply.control) {
+      case 'FENCED':
+        return this.#journal.rejoin(instance)
+      case 'NEEDS_LOAD':
+        // ClickHouse's failures are classified as ClickHouse's.
+        await Promise.all((reply.detail.keys ?? []).map((key) => this.#ensureLoaded(byKey(key)!.ref, now)))
+        return
+      case 'STALE':
+        for (const s of reply.detail.stale ?? []) {
+          const ref = byKey(s.key)!.ref
+          this.#policies.set(agentKey(ref), { pv: s.pv, policy: s.policy === undefined ? defaultPolicy(ref) : storedPolicy.parse(JSON.parse(s.policy)) })
+        }
+        return
+      case 'FULL': {
         const backlog = this.#journal.backlog()
         throw new JournalFullError({ ...backlog, rows: Math.max(backlog.rows, this.#journal.streamRows) })
       }
-      // Only an agent expiring or flushed between loads, or a journal fenced again and again,
-      // gets here; an open hold of another agent is record()'s to answer.
-      if (typeof reply === 'string' && reply !== HOLD_OF_ANOTHER_AGENT) throw new StoreUnavailableError('Redis', `the hot state of agent ${ref.agentId} answered ${reply}`)
-      return reply
+      case 'HOLD_OF_ANOTHER_AGENT':
+        throw holdOfAnotherAgent(reply.detail.hold ?? '')
     }
+  }
+
+  /** A script that needs no state's policy, run once: its control answer (NEEDS_LOAD) is the caller's. */
+  async #once1<N extends ScriptName>(name: N, keys: Parameters<typeof queueScript<N>>[2], args: object, rest?: readonly string[]): Promise<Control | ScriptResult<N>> {
+    return parseReply(name, await unavailableOnError(() => queueScript(this.#redis, name, keys, args, rest) as Promise<unknown>))
+  }
+
+  /** A state as a call sees it now: its policy as known here, and the meters resolved from it. */
+  #callState(ref: AgentRef, now: number): CallState {
+    const known = this.#policies.get(agentKey(ref)) ?? { pv: 0, policy: defaultPolicy(ref) }
+    const meters = resolveMeters(metersOf(known.policy), now)
+    const names = this.#names(ref)
+    return { ref, known, meters, args: { key: names.state, pv: known.pv, meters: luaMeters(meters), members: names.members } }
   }
 
   #lastTime = { ms: Number.NaN, text: '' }
 
-  /** `now` as ClickHouse text, for the rare transition row: formatted once per millisecond. */
-  #chTime(now: number): string {
+  /** The arguments every journaling script takes (lua/state.lua). */
+  #head(now: number) {
+    // `now` as ClickHouse text, for the rare transition row: formatted once per millisecond.
     if (this.#lastTime.ms !== now) this.#lastTime = { ms: now, text: toChDateTime(now) }
-    return this.#lastTime.text
-  }
-
-  /** ARGV[1..7] of every agent script (lib.lua). */
-  #head(ref: AgentRef, now: number): ScriptHead {
-    return [now, AGENT_TTL_MS, this.#journal.instance, this.#journal.streamRows, this.#names(ref).members, this.#chTime(now), ref.agentId]
+    return { now, ttl: AGENT_TTL_MS, instance: this.#journal.instance, stream_rows: this.#journal.streamRows, at: this.#lastTime.text }
   }
 
   #ensureLoaded(ref: AgentRef, now: number): Promise<void> {
-    return this.#once(agentId(ref), async () => {
+    return this.#once(agentKey(ref), async () => {
       const load = await this.#loader(ref, now)
       await unavailableOnError(() => this.#install(ref, load, now))
     })
@@ -346,58 +401,61 @@ export class RedisHotState implements HotState {
   }
 
   async #install(ref: AgentRef, load: AgentLoad, now: number): Promise<void> {
-    const k = this.#keys(ref)
     const policy = load.policy ?? defaultPolicy(ref)
-    const pause = load.pause ?? RUNNING
-    const ignored = load.ignored ?? NOT_IGNORED
-    const payload = {
-      minutes: [...load.minutes].sort((x, y) => x.minute - y.minute).map((m) => [String(m.minute), String(m.costNano), String(m.llmCalls)]),
-      seen: load.seen.map((s) => [String(s.costNano), String(s.minute)]),
-      policy: {
-        threshold: String(policy.thresholdNano),
-        auto_resume: policy.autoResume ? '1' : '0',
-        webhook: policy.webhookUrl ?? false,
-        configured: load.policy ? '1' : '0',
-        shown: load.policy ? shownConfig(load.policy) : false,
-        alert_at: policy.alertAt.join(','),
-        vlimit: String(storedVelocityLimit(policy.velocityLimitNano)),
-        vwindow: policy.velocityWindowMinutes,
-      },
-      pause: { paused: pause.paused ? '1' : '0', reason: pause.reason ?? '', override: pause.override ? '1' : '0', since: String(pause.since) },
-      ignored: { since: String(ignored.since), calls: String(ignored.calls), nano: String(ignored.nano), flagged: ignored.flagged ? '1' : '0' },
+    const pv = load.policy ? load.policyVersion : 0
+    const minutes = [...load.minutes].sort((x, y) => x.minute - y.minute)
+    // The levels the loaded spend is at count as fired: they were, with the events that
+    // crossed them, or their level came with a config since.
+    const alerted: Record<string, number> = {}
+    for (const m of resolveMeters(metersOf(policy), now)) {
+      if (m.alertAt.length === 0) continue
+      const spent = minutes.reduce((sum, b) => (b.minute >= m.from ? sum + b.costNano : sum), 0)
+      alerted[m.id] = levelsReached(m, spent)
     }
-    const fingerprints = load.seen.map((s) => eventFingerprint(ref.userId, ref.agentId, s.eventId))
-    // An array, not spread: ioredis flattens it, and a busy agent's seen ids can be many.
-    await this.#scripts.burnrateLoad(k[0], k[1], k[2], k.ids, ...k.holds, now, AGENT_TTL_MS, JSON.stringify(payload), fingerprints)
+    const pause = load.pause ?? RUNNING
+    const names = this.#names(ref)
+    const reply = await this.#once1(
+      'load',
+      { ids: this.#partitionKeys(ref.userId).ids },
+      {
+        now,
+        ttl: AGENT_TTL_MS,
+        key: names.state,
+        minutes: minutes.map((m) => [m.minute, m.costNano, m.llmCalls]),
+        seen: load.seen.map((s) => [s.costNano, s.minute]),
+        pv,
+        ...(pv > 0 ? { policy: JSON.stringify(policy), shown: shownConfig(policy) } : {}),
+        pause: { paused: pause.paused, reason: pause.reason ?? '', override: pause.override, since: pause.since },
+        ignored: load.ignored ?? undefined,
+        alerted,
+      },
+      // Fingerprints as ARGV: a busy agent's seen ids can be many.
+      load.seen.map((s) => eventFingerprint(ref.userId, ref.agentId, s.eventId)),
+    )
+    if (!isControlReply(reply) && reply.installed) this.#policies.set(agentKey(ref), { pv, policy })
   }
 
-  /** KEYS[1..6] of an agent script (lib.lua), and the partition's event-id tables. */
-  #keys(ref: AgentRef): AgentKeys {
-    const { partition, base } = this.#names(ref)
-    const user = this.#userNames(ref.userId)
-    const keys = [`${base}:a`, `${base}:w`, `${base}:m`, this.#journal.streamKey(partition), this.#journal.fencedKey(partition), user.index] as const
-    return Object.assign(keys, { ids: user.ids, holds: [`${base}:hz`, `${base}:h`] as const })
-  }
-
-  #userKey(userId: string): string {
-    return this.#userNames(userId).index
+  /** The keys of the user's partition every journaling script takes (lua/state.lua). */
+  #partitionKeys(userId: string): { journal: string; fenced: string; ids: string } {
+    const partition = this.#journal.partitionOf(userId)
+    return { journal: this.#journal.streamKey(partition), fenced: this.#journal.fencedKey(partition), ids: this.#userNames(userId).ids }
   }
 
   // Key names cost SHA-256s (redis-keys.ts); an agent's and a user's are the same every
   // event, so the recent ones are kept (two hashes a request were 4 % of the CPU, bench/).
-  readonly #agentNames = new LRUCache<string, AgentNames>({ max: 50_000 })
+  readonly #agentNames = new LRUCache<string, StateNames>({ max: 50_000 })
   readonly #users = new LRUCache<string, { index: string; ids: string }>({ max: 10_000 })
 
-  #names(ref: AgentRef): AgentNames {
-    const id = agentId(ref)
+  #names(ref: AgentRef): StateNames {
+    const id = agentKey(ref)
     let names = this.#agentNames.get(id)
     if (!names) {
-      // The user's partition tag: the agent's keys share a slot with every key of its user,
+      // The user's partition tag: the state's keys share a slot with every key of its user,
       // the journal streams its rows go to included (redis-keys.ts).
-      const partition = this.#journal.partitionOf(ref.userId)
+      const agentBase = `${this.#prefix}${partitionTag(this.#journal.partitionOf(ref.userId))}:hs:`
       names = {
-        partition,
-        base: `${this.#prefix}${partitionTag(partition)}:hs:${agentKeyId(ref.userId, ref.agentId)}`,
+        agentBase,
+        state: `${agentBase}${agentKeyId(ref.userId, ref.agentId)}:s`,
         members: JSON.stringify({ user_id: ref.userId, agent_id: ref.agentId }).slice(1, -1),
       }
       this.#agentNames.set(id, names)
@@ -416,122 +474,74 @@ export class RedisHotState implements HotState {
   }
 }
 
-/** An agent's key base and partition, and its ids as JSON members of a journaled row (lib.lua). */
-interface AgentNames {
-  partition: number
-  base: string
+/** A state's key names: its :s key, the name its user's agents' keys start with, and its ids as a row's JSON members. */
+interface StateNames {
+  state: string
+  agentBase: string
   members: string
 }
-/** KEYS[1..6] of an agent script, the partition's event-id tables, and the state's open holds (:hz, :h; lib.lua). */
-type AgentKeys = readonly [string, string, string, string, string, string] & { ids: string; holds: readonly [string, string] }
-type ScriptHead = [number, number, string, number, string, string, string]
 
 /** Keys live 25 h after an agent's last write: longer than the window, so only idle agents expire. */
 const AGENT_TTL_MS = 25 * 60 * 60 * 1000
 
-/** The scripts' control answers (NEEDS_LOAD, FENCED, FULL, …) are strings, and come before any write that matters. */
-const wroteState = (reply: unknown) => typeof reply !== 'string'
+/** Loads, stale policies and fences a call may meet before it acts. */
+const MAX_ATTEMPTS = 5
 
 /** Whether a script's write must be on the replicas before it is answered (replicaWait). */
 const DURABLE = true
 
-const NEEDS_LOAD = 'NEEDS_LOAD'
-const NEEDS_FLEET_LOAD = 'NEEDS_FLEET_LOAD'
-const FENCED = 'FENCED'
-const FULL = 'FULL'
-const HOLD_OF_ANOTHER_AGENT = 'HOLD_OF_ANOTHER_AGENT'
+/** A policy as redis.ts stores it in a state (JSON.stringify of AgentPolicy), checked when read back. */
+const storedPolicy = z.strictObject({
+  thresholdNano: z.number().int().nullable(),
+  autoResume: z.boolean(),
+  webhookUrl: z.string().nullable(),
+  alertAt: z.array(z.number()),
+  velocityLimitNano: z.number().int().nullable(),
+  velocityWindowMinutes: z.number().int(),
+})
 
-// Read once at start-up; lib.lua holds the helpers every script shares (Redis 7 scripts
-// cannot import), so the rules exist once in Lua.
-const lua = (name: string): string => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8')
-const LIB = lua('lib')
-const script = (name: string, keys: number) => ({ lua: `${LIB}\n${lua(name)}`, keys })
-const standalone = (name: string, keys: number) => ({ lua: lua(name), keys })
-const SCRIPTS = {
-  burnrateRecord: script('record', 14),
-  burnrateGet: script('get', 8),
-  burnrateSetPolicy: script('set_policy', 6),
-  burnrateSetPaused: script('set_paused', 8),
-  burnrateHold: script('hold', 14),
-  burnrateRelease: script('release', 6),
-  burnrateLoad: script('load', 6),
-  burnrateAgents: standalone('agents', 1),
-  burnrateAgentsLoad: standalone('agents_load', 1),
-}
+// A meters list resolved for a minute is reused for that minute (meters.ts): so is its Lua form.
+const luaForms = new WeakMap<readonly ResolvedMeter[], LuaMeter[]>()
 
-type Arg = string | number | string[]
-/** The commands defineCommand adds to the client (ioredis calls them by EVALSHA, EVAL on NOSCRIPT). */
-type Scripts = Record<keyof typeof SCRIPTS, (...args: Arg[]) => Promise<unknown>>
-
-/** {reason, paused, override, total, threshold, webhook, version, spent, vlimit, vwindow, held} from lib.lua transition(). */
-type TransitionReply = [TransitionReason, number, number, string, string, string | null, string, string, string, number, string]
-/** hold.lua, of the agent and of its fleet: pause reason, override, total, held, threshold, relaxing transition. */
-type HoldStateReply = [PauseReason | '', number, string, string, string, TransitionReply | null]
-type HoldReply = ['' | HoldRefusal, HoldStateReply, HoldStateReply]
-/** lib.lua spend(): the last 60 minutes' cost, and [hour, cost, …] oldest first. */
-type SpendReply = [string, string[]]
-/** The alerts an event fired: [level, version, …]. */
-type FiredReply = string[]
-/** record.lua's fleet: pause reason, total, threshold, webhook, transitions, alerts fired, spend (with alerts). */
-type FleetReply = [PauseReason | '', string, string, string | null, TransitionReply[], FiredReply, SpendReply | false]
-/** record.lua's ignoring-pause flag raised: paused_at, calls, nano, version. */
-type IgnoredReply = [string, string, string, string]
-/** record.lua: counted, total, pause reason, cost, threshold, spend, alerts fired, webhook, fleet, ignored, transitions. */
-type RecordReply = [number, string, PauseReason | '', string, string, SpendReply, FiredReply, string | null, FleetReply, IgnoredReply | null, ...TransitionReply[]]
-type GetReply = [
-  [string, string, number, string, number, string, number, string | null, number, number, string, string, number, string, string, string, string, number, string],
-  TransitionReply | null,
-  SpendReply | false,
-]
-
-function spendOf(total: string, [lastHour, hours]: SpendReply): Spend {
-  return { totalNano: Number(total), lastHourNano: Number(lastHour), hours: hours.map(Number) }
-}
-
-/** Whether a state is paused and why, as record.lua answers it: its reason, '' when running. */
-function pauseOf(reason: PauseReason | ''): Pick<PauseState, 'paused' | 'reason'> {
-  return reason === '' ? RUNNING : { paused: true, reason }
-}
-
-/** The alerts of one state (an agent's, a fleet's) an event fired, with that state's budget. */
-function alertsOf(ref: AgentRef, now: number, fired: FiredReply, budget: Pick<BudgetAlert, 'totalNano' | 'thresholdNano' | 'exhaustionAt'>, webhook: string | null): BudgetAlert[] {
-  const alerts: BudgetAlert[] = []
-  for (let i = 0; i < fired.length; i += 2) {
-    alerts.push({ userId: ref.userId, agentId: ref.agentId, at: now, version: Number(fired[i + 1]), level: Number(fired[i]), ...budget, webhookUrl: webhook || null })
+/** Resolved meters as lua/rules.lua reads them. */
+function luaMeters(meters: readonly ResolvedMeter[]): LuaMeter[] {
+  let lua = luaForms.get(meters)
+  if (!lua) {
+    lua = meters.map((m) => ({ id: m.id, limit: m.limitNano, from: m.from, minutes: m.windowMinutes, auto_resume: m.autoResume, alert_at: m.alertAt, holds: m.countsHolds }))
+    luaForms.set(meters, lua)
   }
-  return alerts
+  return lua
 }
 
-/** KEYS[1..14] of a script that steps an agent and its fleet together (record.lua, hold.lua). */
-function withFleet(k: AgentKeys, fleet: AgentKeys): string[] {
-  return [...k, k.ids, fleet[0], fleet[1], fleet[2], ...k.holds, ...fleet.holds]
+/** When a state's total reaches the daily budget of `policy` at the last hour's rate (projection.ts); null without one. */
+function projected(policy: AgentPolicy, totalNano: Nano, spend: SpendReply, now: number): number | null {
+  if (policy.thresholdNano === null) return null
+  return exhaustionAt({ totalNano, lastHourNano: spend.last_hour, hours: spend.hours }, policy.thresholdNano, now)
 }
 
-function agentId(ref: AgentRef): string {
-  return `${ref.userId}\0${ref.agentId}`
+/** Whether a state is paused and why, as a script tells it: its reason, '' when running. */
+function told(reason: string): Pick<PauseState, 'paused' | 'reason'> {
+  return reason === '' ? RUNNING : { paused: true, reason: pauseReasonOf(reason) }
 }
 
-/** What the hold rules read of a state, as hold.lua answers it. */
-function holdBudgetOf([reason, override, total, held, threshold]: HoldStateReply): HoldBudget {
-  return { pause: { ...pauseOf(reason), override: override === 1 }, totalNano: Number(total), heldNano: Number(held), thresholdNano: Number(threshold) }
-}
-
-function transitionOf(ref: AgentRef, now: number, t: TransitionReply, actor = SYSTEM_ACTOR): Transition {
-  const [reason, paused, override, total, threshold, webhook, version, spent, vlimit, vwindow, held] = t
+/** A transition a script journaled, as the caller announces it. */
+function transitionOf(s: Pick<CallState, 'ref' | 'known' | 'meters'>, t: TransitionReply, now: number, actor = SYSTEM_ACTOR): Transition {
+  const m = t.meter >= 0 && t.reason === s.meters[t.meter]?.id ? s.meters[t.meter] : undefined
+  const { policy } = s.known
   return {
-    userId: ref.userId,
-    agentId: ref.agentId,
+    userId: s.ref.userId,
+    agentId: s.ref.agentId,
     at: now,
-    version: Number(version),
+    version: t.version,
     actor,
-    paused: paused === 1,
-    reason,
-    override: override === 1,
-    totalNano: Number(total),
-    thresholdNano: Number(threshold),
-    webhookUrl: webhook ?? null,
-    ...(reason === 'velocity' ? { velocity: { spentNano: Number(spent), limitNano: Number(vlimit), windowMinutes: vwindow } } : {}),
-    ...(held !== '0' ? { heldNano: Number(held) } : {}),
+    paused: t.paused,
+    reason: t.reason,
+    override: t.override,
+    totalNano: t.total,
+    thresholdNano: budgetMeter(policy)?.limitNano ?? null,
+    webhookUrl: policy.webhookUrl,
+    ...(m ? { meter: { id: m.id, spentNano: t.spent ?? 0, limitNano: m.limitNano, windowMinutes: m.windowMinutes } } : {}),
+    ...(t.held !== 0 ? { heldNano: t.held } : {}),
   }
 }
 

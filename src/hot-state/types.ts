@@ -1,35 +1,31 @@
 import type { Fingerprint } from './dedup.ts'
+import type { MeterId } from './meters.ts'
 import type { Nano } from '../money.ts'
 import type { EventRow } from '../storage/events.ts'
 
-/** What a config says about an agent's budget (DECISIONS.md "Behaviour SPEC.md leaves open"). */
+/**
+ * What a config says about an agent's budget, or its fleet's: the fields POST /config sets.
+ * The budget rules see it as meters (meters.ts metersOf).
+ */
 export interface AgentPolicy {
-  thresholdNano: Nano
+  /** The rolling 24 h budget; null: none (a fleet without a config). */
+  thresholdNano: Nano | null
   autoResume: boolean
   webhookUrl: string | null
-  /** Alert levels, fractions of the threshold in (0, 1), ascending, at most five (issue 12). */
+  /** Alert levels, fractions of the threshold in (0, 1), ascending, at most five. */
   alertAt: readonly number[]
-  /** Spend-velocity limit (issue 13): over this much in `velocityWindowMinutes`, a pause; null: none. */
+  /** Over this much within `velocityWindowMinutes`, a pause; null: none. */
   velocityLimitNano: Nano | null
-  /** The velocity limit's window, 1 to 60 minutes. */
+  /** The velocity limit's window, 1 to 60 minutes (kept while there is no limit, as it was set). */
   velocityWindowMinutes: number
 }
 
 export const DEFAULT_VELOCITY_WINDOW_MINUTES = 5
 
-/** A velocity limit as stored (ClickHouse's velocity_limit_nano, sql/0014; Redis's vlimit): 0 is none. */
-export function storedVelocityLimit(limit: Nano | null): Nano {
-  return limit ?? 0
-}
-
-/** The velocity limit a stored value (storedVelocityLimit) holds. */
-export function velocityLimitOf(stored: number): Nano | null {
-  return stored > 0 ? stored : null
-}
-
 export const DEFAULT_ALERT_AT: readonly number[] = Object.freeze([0.8])
 
-export const DEFAULT_THRESHOLD_NANO: Nano = 10_000_000_000 // SPEC.md 2.3: 10.0 USD
+/** 10 USD a day: the budget of an agent without a config. */
+export const DEFAULT_THRESHOLD_NANO: Nano = 10_000_000_000
 
 export const DEFAULT_POLICY: AgentPolicy = Object.freeze({
   thresholdNano: DEFAULT_THRESHOLD_NANO,
@@ -41,11 +37,11 @@ export const DEFAULT_POLICY: AgentPolicy = Object.freeze({
 })
 
 /**
- * The fleet budget of a user (issue 12) is kept as the agent of id '' of that user, which no
- * event can name (an agent id has 1 to 128 characters): its window sums every agent's events,
- * its config, transitions and alerts are rows of the same tables with agent_id '', its Redis
- * keys are named as an agent's. Only its default policy (no budget, no alert levels) and the
- * API's words for it differ.
+ * The fleet of a user, the budget of all of their agents together, is kept as the agent of
+ * id '' of that user, which no event can name (an agent id has 1 to 128 characters): its
+ * window sums every agent's events, its config, transitions and alerts are rows of the same
+ * tables with agent_id '', its Redis keys are named as an agent's. Only its default policy
+ * (no budget, no alert levels) and the API's words for it differ.
  */
 export const FLEET = ''
 
@@ -57,33 +53,47 @@ export function isFleet(ref: AgentRef): boolean {
   return ref.agentId === FLEET
 }
 
-/** A fleet without a config has no budget (an infinite threshold: never over it) and no levels. */
+/** A fleet without a config has no budget and no alert levels: it never pauses by itself. */
 export const FLEET_DEFAULT_POLICY: AgentPolicy = Object.freeze({
-  thresholdNano: Infinity,
-  autoResume: false,
-  webhookUrl: null,
+  ...DEFAULT_POLICY,
+  thresholdNano: null,
   alertAt: Object.freeze([]) as readonly number[],
-  velocityLimitNano: null,
-  velocityWindowMinutes: DEFAULT_VELOCITY_WINDOW_MINUTES,
 })
 
 export function defaultPolicy(ref: AgentRef): AgentPolicy {
   return isFleet(ref) ? FLEET_DEFAULT_POLICY : DEFAULT_POLICY
 }
 
-/** budget: over the daily threshold; velocity: over the spend-velocity limit (issue 13); manual: by hand. */
-export type PauseReason = 'budget' | 'velocity' | 'manual'
+/** An agent's daily budget: every agent has one (the default without a config); only a fleet may have none. */
+export function agentBudget(policy: AgentPolicy): Nano {
+  if (policy.thresholdNano === null) throw new Error('an agent has a daily budget')
+  return policy.thresholdNano
+}
+
+/** The key of an agent (or a fleet) in maps and caches: one home for how a (user, agent) pair is joined. */
+export function agentKey(ref: AgentRef): string {
+  return `${ref.userId}\0${ref.agentId}`
+}
+
+/** The pair agentKey() joined. */
+export function refOf(key: string): AgentRef {
+  const i = key.indexOf('\0')
+  return { userId: key.slice(0, i), agentId: key.slice(i + 1) }
+}
+
+/** Why a state is paused: the meter that paused it (meters.ts), or by hand. */
+export type PauseReason = MeterId | 'manual'
 
 /** Why an agent is paused, as the API says it: its own state's reason, or its fleet's. */
-export type PausedReason = PauseReason | 'fleet_budget' | 'fleet_velocity' | 'fleet_manual'
+export type PausedReason = PauseReason | `fleet_${PauseReason}`
 
 export interface PauseState {
   paused: boolean
   /** Why it is paused; null while running. */
   reason: PauseReason | null
   /**
-   * A manual resume over budget (or over the velocity limit): auto-pause is suppressed until
-   * the total is back under the threshold and the spend under the velocity limit.
+   * A resume by hand while a meter was over its limit: pauses by the rules are suppressed
+   * until no meter is over (policy.ts relax).
    */
   override: boolean
   /** When the pause began (epoch ms; a manual pause begins anew), 0 while running. */
@@ -92,7 +102,7 @@ export interface PauseState {
 
 export const RUNNING: PauseState = Object.freeze({ paused: false, reason: null, override: false, since: 0 })
 
-/** An agent's llm_call events that came after the pause holding it and its grace period (issue 13). */
+/** An agent's llm_call events that came after the pause holding it and its grace period. */
 export interface Ignored {
   /** The `since` of the pause they were counted against; 0: none. */
   since: number
@@ -124,7 +134,8 @@ export interface IgnoredPause {
 /** The actor of what the budget rules do on their own (audit log). */
 export const SYSTEM_ACTOR = 'system'
 
-export type TransitionReason = 'budget' | 'velocity' | 'manual' | 'auto_resume' | 'override_cleared' | 'threshold_changed'
+/** A pause by a meter or by hand, or one of the ways a pause or an override ends. */
+export type TransitionReason = PauseReason | 'auto_resume' | 'override_cleared' | 'threshold_changed'
 
 /** A change of pause state, persisted to pause_transitions. */
 export interface Transition {
@@ -139,12 +150,12 @@ export interface Transition {
   version: number
   /** The id of the API key whose request caused it, or 'system' (the budget rules): the audit log's actor. */
   actor: string
-  /** The policy in force when it happened (for the notification; not persisted). */
-  thresholdNano: Nano
+  /** The daily budget in force when it happened, null for none (for the notification; not persisted). */
+  thresholdNano: Nano | null
   webhookUrl: string | null
-  /** For a velocity pause: the spend in the velocity window, the limit and the window (its message). */
-  velocity?: { spentNano: Nano; limitNano: Nano; windowMinutes: number }
-  /** The open budget holds counted with the total (issue 13), when there were any. */
+  /** For a pause by a meter: the meter, what its window held and its limit (the notification's). */
+  meter?: { id: MeterId; spentNano: Nano; limitNano: Nano; windowMinutes: number }
+  /** The open budget holds counted with the total, when there were any. */
   heldNano?: Nano
 }
 
@@ -159,12 +170,12 @@ export interface RecordInput extends AgentRef {
   costNano: Nano
   llmCall: boolean
   at: number
-  /** The budget hold this llm_call settles (issue 13): released in the same step, once. */
+  /** The budget hold this llm_call settles: released in the same step, once. */
   holdId?: string | undefined
 }
 
 /**
- * A budget hold asked for (issue 13): the worst case of a coming call, reserved against the
+ * A budget hold asked for: the worst case of a coming call, reserved against the
  * agent's budget and its fleet's until it is settled, released or expires. Holds are hot
  * state only, never journaled: losing them loses only the reservation.
  */
@@ -185,8 +196,6 @@ export interface HoldResult {
   pausedReason: PausedReason | null
   /** What is left for further holds once this one is counted (policy.ts holdRoom): the agent's, or its fleet's when less. */
   remainingNano: Nano
-  /** What the relaxing rules changed on the way (journaled), the agent's then its fleet's. */
-  transitions: Transition[]
 }
 
 /** A hold released early (DELETE /holds/{id}): whose it was and what it held. */
@@ -206,7 +215,7 @@ export interface RecordResult {
   /** The cost the event is counted at: for a repeat, its first cost. */
   costNano: Nano
   totalNano: Nano
-  /** The agent's threshold, for what is left of it. */
+  /** The agent's daily budget, for what is left of it. */
   thresholdNano: Nano
   /** When the total reaches the threshold at the last hour's rate (projection.ts), epoch ms, or null. */
   exhaustionAt: number | null
@@ -214,24 +223,26 @@ export interface RecordResult {
   paused: boolean
   pausedReason: PausedReason | null
   /**
-   * What this event changed, the agent's then its fleet's: at most an ended override (the
-   * window expired first) and a budget pause each.
+   * What this event changed, the agent's then its fleet's: at most an ended override or
+   * pause (the window moved on first) and a pause each.
    */
   transitions: Transition[]
-  /** The alert levels this event took the agent's or its fleet's total to or past (issue 12), lowest first. */
+  /** The alert levels this event took the agent's or its fleet's spend to or past, lowest first. */
   alerts: BudgetAlert[]
-  /** The ignoring-pause flag this event raised (issue 13), once per pause. */
+  /** The ignoring-pause flag this event raised, once per pause. */
   ignored: IgnoredPause | null
 }
 
-/** An alert level crossed by an event: fired once, until the total falls back below it. */
+/** An alert level of a meter crossed by an event: fired once, until the spend falls back below it. */
 export interface BudgetAlert {
   userId: string
   agentId: string
   at: number
   /** The agent's version counter when it fired: names the alert (its webhook's idempotency key). */
   version: number
+  meter: MeterId
   level: number
+  /** What the meter's window held, and its limit. */
   totalNano: Nano
   thresholdNano: Nano
   exhaustionAt: number | null
@@ -250,7 +261,7 @@ export interface AgentSnapshot {
   configured: boolean
   /** llm_calls after its pause and grace (policy.ts ignoring() says whether the flag holds). */
   ignored: Readonly<Ignored>
-  /** The open budget holds (issue 13), counted with the total by the budget rules. */
+  /** The open budget holds, counted with the spend of the meters that count them. */
   heldNano: Nano
 }
 
@@ -277,7 +288,7 @@ export interface Restore {
   event(ref: AgentRef, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number): void
   policy(ref: AgentRef, policy: AgentPolicy): void
   pause(ref: AgentRef, pause: PauseState): void
-  /** The newest ignoring-pause record of the agent (issue 13). */
+  /** The newest ignoring-pause record of the agent. */
   ignored(ref: AgentRef, ignored: Ignored): void
   /** Acts on what the rebuild found (a crossing stored just before a crash); returns the transitions, journaled. */
   finish(): Promise<Transition[]>
@@ -286,14 +297,14 @@ export interface Restore {
 /**
  * The hot state: rolling 24 h totals, pause flags and the event-id dedup set, answered in
  * constant time per event, and the journal every change is written to in the same atomic
- * step (issue 8). Two implementations, one contract suite (test/hot-state/contract.test.ts):
+ * step. Two implementations, one contract suite (test/hot-state/contract.test.ts):
  * in process with the segment log (memory.ts), and Redis with its streams (redis.ts).
  * Transitions returned are already journaled: the caller only announces them.
  */
 export interface HotState {
   /**
    * POST /events, all of it or none of it: dedup the event id (per user and agent), add the
-   * cost to the window, evaluate the budget rules, flip the pause flag, and append the
+   * cost to the window, step the budget rules (policy.ts stepEvent), and append the
    * event's row and its transitions to the journal; resolves once that append is durable.
    * A repeat changes nothing and answers with the cost it was first counted at. Throws
    * JournalFullError at the journal's bound, before anything changed. An llm_call's
@@ -304,8 +315,8 @@ export interface HotState {
   record(event: RecordEvent, now: number): Promise<RecordResult>
   /**
    * The agent's window and state, and when its total reaches its threshold at the last
-   * hour's rate (projection.ts); relaxing rules (override cleared, auto-resume) apply and
-   * are journaled.
+   * hour's rate (projection.ts); the relaxing rules (policy.ts relax) apply and are
+   * journaled.
    */
   get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }>
   /**
@@ -315,15 +326,15 @@ export interface HotState {
   listAgents(userId: string, now: number): Promise<ListedAgent[]>
   /**
    * POST /config: the policy and its agent_configs row (with the config it replaced, for the
-   * audit log), and the end of a manual override a changed threshold causes. `actor`: the
-   * key id of the request.
+   * audit log), and the end of a manual override a changed limit causes (policy.ts
+   * changePolicy). `actor`: the key id of the request.
    */
   setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null>
   /** POST /config/pause: a manual pause or resume; null when the state already was that. */
   setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null>
   /**
-   * POST /holds (issue 13): grants the hold when the agent and its fleet run and its worst
-   * case stays within their budgets with every open hold counted (policy.ts holdRefusal),
+   * POST /holds: grants the hold when the agent and its fleet run and its worst case
+   * stays within their budgets with every open hold counted (policy.ts stepHold),
    * atomically with every other hold and event of the user; nothing is held otherwise. The
    * id of a hold of the agent still open (a retry) is granted again without a second hold;
    * of another agent's, a 404 (hold_not_found).
@@ -344,6 +355,8 @@ export interface AgentLoad {
   seen: Array<{ eventId: string; costNano: Nano; minute: number }>
   /** The stored config; null when none was set (the default policy applies). */
   policy: AgentPolicy | null
+  /** The stored config's version (0: none), which names the policy to every instance's cache. */
+  policyVersion: number
   /** The latest stored pause transition; null when there is none (running). */
   pause: PauseState | null
   /** The newest ignoring-pause record; null when there is none. */

@@ -14,7 +14,7 @@ const INITIAL_BUCKETS = 4
  * heap, a window of 1,000 buckets is three small objects to the garbage collector instead
  * of three arrays of 1,000 elements to scan and, each time one grows, to copy out of the
  * young generation: with 10,000 agents rebuilt from 10 M events, those arrays were 310 MB
- * of heap and the scavenges after start-up took 30-40 ms (issue 11).
+ * of heap and the scavenges after start-up took 30-40 ms.
  */
 export class RollingWindow {
   #costs: Float64Array
@@ -78,17 +78,17 @@ export class RollingWindow {
     return this.#size === 0
   }
 
-  /** Spent in the 60 minutes up to `nowMinute` (the buckets newer than nowMinute - 60). */
-  lastHourNano(nowMinute: number): Nano {
-    return this.spentInLast(60, nowMinute)
-  }
-
-  /** Spent in the `minutes` minutes up to `nowMinute` (the buckets newer than nowMinute - minutes): at most that many buckets read. */
-  spentInLast(minutes: number, nowMinute: number): Nano {
+  /**
+   * What the buckets of `fromMinute` and later hold: the whole total when the window starts
+   * there or later, else the newest buckets, read back from the newest (a meter of a few
+   * minutes reads at most that many).
+   */
+  spentSince(fromMinute: number): Nano {
+    if (this.#size === 0 || this.#meta[2 * this.#head]! >= fromMinute) return this.totalNano
     let sum = 0
     for (let n = this.#size - 1; n >= 0; n--) {
       const i = this.#slot(n)
-      if (this.#meta[2 * i]! <= nowMinute - minutes) break
+      if (this.#meta[2 * i]! < fromMinute) break
       sum += this.#costs[i]!
     }
     return sum

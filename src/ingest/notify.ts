@@ -1,18 +1,19 @@
 import { hash } from 'node:crypto'
+import { isMeterId } from '../hot-state/meters.ts'
 import { isFleet, type BudgetAlert, type IgnoredPause, type Transition } from '../hot-state/types.ts'
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
 
-/** Logs each budget or velocity pause among `transitions` and sends its chat message (the others send none). */
+/** Logs each pause by a meter among `transitions` and sends its chat message (the others send none). */
 export function announceBudgetPauses(transitions: readonly Transition[], log: { info(obj: object, msg: string): void }, notifier: PauseNotifier): void {
   for (const t of transitions) {
-    if (t.reason !== 'budget' && t.reason !== 'velocity') continue
-    log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano) }, `${isFleet(t) ? 'fleet' : 'agent'} paused by its ${t.reason === 'budget' ? 'budget' : 'velocity limit'}`)
+    if (!isMeterId(t.reason)) continue
+    log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano), meter: t.reason }, `${isFleet(t) ? 'fleet' : 'agent'} paused by its ${t.reason === 'budget' ? 'budget' : 'velocity limit'}`)
     notifier.budgetPaused(t)
   }
 }
 
-/** Logs each alert level an event crossed and sends its chat message (issue 12). */
+/** Logs each alert level an event crossed and sends its chat message. */
 export function announceAlerts(alerts: readonly BudgetAlert[], log: { info(obj: object, msg: string): void }, notifier: PauseNotifier): void {
   for (const a of alerts) {
     log.info({ userId: a.userId, agentId: a.agentId, level: a.level, totalUsd: nanoToUsd(a.totalNano) }, isFleet(a) ? 'fleet reached an alert level of its budget' : 'agent reached an alert level of its budget')
@@ -20,13 +21,13 @@ export function announceAlerts(alerts: readonly BudgetAlert[], log: { info(obj: 
   }
 }
 
-/** Tells a team that its agent was paused by its budget (SPEC.md 6), or is getting close to it (issue 12). */
+/** Tells a team that its agent was paused by its budget, or is getting close to it. */
 export interface PauseNotifier {
   /** Returns at once: ingestion never waits on a chat service. */
   budgetPaused(t: Transition): void
   /** Returns at once, as budgetPaused does. */
   alert(a: BudgetAlert): void
-  /** An agent went on calling the model after its pause (issue 13): returns at once. */
+  /** An agent went on calling the model after its pause: returns at once. */
   ignoredPause(i: IgnoredPause): void
   drain(): Promise<void>
 }
@@ -46,9 +47,9 @@ export class WebhookPauseNotifier implements PauseNotifier {
       userId: t.userId,
       agentId: isFleet(t) ? null : t.agentId,
       totalUsd: nanoToUsd(t.totalNano),
-      thresholdUsd: nanoToUsd(t.thresholdNano),
-      ...(t.velocity
-        ? { velocity: { spentUsd: nanoToUsd(t.velocity.spentNano), limitUsd: nanoToUsd(t.velocity.limitNano), windowMinutes: t.velocity.windowMinutes } }
+      thresholdUsd: nanoToUsd(t.meter?.id === 'budget' ? t.meter.limitNano : (t.thresholdNano ?? 0)),
+      ...(t.meter?.id === 'velocity'
+        ? { velocity: { spentUsd: nanoToUsd(t.meter.spentNano), limitUsd: nanoToUsd(t.meter.limitNano), windowMinutes: t.meter.windowMinutes } }
         : {}),
       ...(t.heldNano ? { heldUsd: nanoToUsd(t.heldNano) } : {}),
       at: new Date(t.at),

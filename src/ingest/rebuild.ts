@@ -1,7 +1,8 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { MemoryHotState } from '../hot-state/memory.ts'
 import { fingerprint } from '../hot-state/dedup.ts'
-import { isFleet, type Ignored, type AgentLoad, type AgentLoader, type AgentPolicy, type AgentRef, type PauseState, type Transition } from '../hot-state/types.ts'
+import { pauseReasonOf } from '../hot-state/meters.ts'
+import { agentKey, isFleet, type Ignored, type AgentLoad, type AgentLoader, type AgentPolicy, type AgentRef, type PauseState, type Transition } from '../hot-state/types.ts'
 import { allConfigs, policyOf } from '../storage/configs.ts'
 import { fleetMinutes, scanWindow, seenEvents, windowMinutes } from '../storage/events.ts'
 import { ignoredOf, latestIgnored } from '../storage/ignored.ts'
@@ -59,8 +60,9 @@ class NewestPerAgent<T> {
   readonly #byAgent = new Map<string, { ref: AgentRef; version: number; value: T }>()
 
   offer(row: { user_id: string; agent_id: string }, version: number, value: T): void {
-    const id = `${row.user_id}\0${row.agent_id}`
-    if (version > (this.#byAgent.get(id)?.version ?? -1)) this.#byAgent.set(id, { ref: { userId: row.user_id, agentId: row.agent_id }, version, value })
+    const ref = { userId: row.user_id, agentId: row.agent_id }
+    const id = agentKey(ref)
+    if (version > (this.#byAgent.get(id)?.version ?? -1)) this.#byAgent.set(id, { ref, version, value })
   }
 
   values(): Array<{ ref: AgentRef; value: T }> {
@@ -115,7 +117,7 @@ export function agentLoader(clickhouse: ClickHouseClient, o: AgentLoaderOptions 
         setImmediate(start)
       }
       gathering.now = Math.max(gathering.now, now)
-      const id = `${ref.userId}\0${ref.agentId}`
+      const id = agentKey(ref)
       let waiting = gathering.agents.get(id)
       if (!waiting) gathering.agents.set(id, (waiting = { ref, done: [] }))
       waiting.done.push({ resolve, reject })
@@ -138,14 +140,17 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
     latestTransitions(clickhouse, refs),
     latestIgnored(clickhouse, refs),
   ])
-  const loads = new Map<string, AgentLoad>(refs.map((r) => [`${r.userId}\0${r.agentId}`, { minutes: [], seen: [], policy: null, pause: null, ignored: null }]))
+  const loads = new Map<string, AgentLoad>(refs.map((r) => [agentKey(r), { minutes: [], seen: [], policy: null, policyVersion: 0, pause: null, ignored: null }]))
   // Rows of pairs not asked for (a user of the batch with another user's agent id) are skipped.
-  const of = (r: { user_id: string; agent_id: string }) => loads.get(`${r.user_id}\0${r.agent_id}`)
+  const of = (r: { user_id: string; agent_id: string }) => loads.get(agentKey({ userId: r.user_id, agentId: r.agent_id }))
   for (const m of [...minutes, ...fleetMinuteRows]) of(m)?.minutes.push({ minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })
   for (const s of seen) of(s)?.seen.push({ eventId: s.event_id, costNano: s.cost_nano, minute: s.minute })
   for (const c of configs) {
     const l = of(c)
-    if (l) l.policy = policyOf(c)
+    if (l) {
+      l.policy = policyOf(c)
+      l.policyVersion = c.version
+    }
   }
   for (const p of pauses) {
     const l = of(p)
@@ -163,7 +168,7 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
 function pauseOf(p: Pick<LatestTransition, 'is_paused' | 'reason' | 'override'>, atMs: number): PauseState {
   return {
     paused: p.is_paused,
-    reason: p.is_paused ? (p.reason === 'manual' || p.reason === 'velocity' ? p.reason : 'budget') : null,
+    reason: p.is_paused ? pauseReasonOf(p.reason) : null,
     override: p.override,
     since: p.is_paused ? atMs : 0,
   }

@@ -1,4 +1,5 @@
 import { z } from 'zod'
+import { PAUSE_REASONS } from '../hot-state/meters.ts'
 import { AUDIT_SCOPES } from '../storage/audit.ts'
 import { EVENT_TYPES } from './event.ts'
 
@@ -10,7 +11,7 @@ import { EVENT_TYPES } from './event.ts'
 
 const usd = z.number()
 const iso = z.iso.datetime({ offset: true })
-const pausedReason = z.enum(['budget', 'velocity', 'manual', 'fleet_budget', 'fleet_velocity', 'fleet_manual']).nullable()
+const pausedReason = z.enum([...PAUSE_REASONS, ...PAUSE_REASONS.map((r) => `fleet_${r}` as const)]).nullable()
 
 export const okReply = z.strictObject({ ok: z.literal(true) })
 

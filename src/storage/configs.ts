@@ -1,6 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
-import { storedVelocityLimit, velocityLimitOf, type AgentPolicy, type AgentRef } from '../hot-state/types.ts'
+import type { AgentPolicy, AgentRef } from '../hot-state/types.ts'
 import { nanoToUsd, type Nano } from '../money.ts'
 import { maskWebhookUrl } from '../notify/webhook.ts'
 import { toChDateTime } from './clickhouse.ts'
@@ -30,7 +30,7 @@ export interface ConfigRow {
   slack_webhook_url: string | null
   auto_resume: boolean
   alert_at: readonly number[]
-  /** 0: no velocity limit (sql/0014). */
+  /** 0: no velocity limit (sql/0014; storedVelocityLimit). */
   velocity_limit_nano: Nano
   velocity_window_minutes: number
   updated_at: string
@@ -45,8 +45,16 @@ export interface WrittenConfigRow extends ConfigRow {
   replaced?: string
 }
 
+/** A velocity limit as the table keeps it: 0 is none. */
+function storedVelocityLimit(limit: Nano | null): Nano {
+  return limit ?? 0
+}
+
 /** The row of a config set now by `actor` (versions grow within this process). */
 export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number, actor: string, replaced?: string): WrittenConfigRow {
+  // Only a fleet's default policy has no daily budget, and it is never written: a fleet's
+  // first config names one (agents/service.ts). A 0 here would be a budget of nothing.
+  if (policy.thresholdNano === null) throw new Error('a config row needs a daily budget')
   return {
     user_id: ref.userId,
     agent_id: ref.agentId,
@@ -67,7 +75,7 @@ export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number, act
 /** A config as the API shows it: USD, the webhook URL masked (GET /agents/{id}, the audit log). */
 export function formatConfig(p: AgentPolicy) {
   return {
-    cost_threshold_usd: nanoToUsd(p.thresholdNano),
+    cost_threshold_usd: p.thresholdNano === null ? null : nanoToUsd(p.thresholdNano),
     slack_webhook_url: p.webhookUrl === null ? null : maskWebhookUrl(p.webhookUrl),
     auto_resume: p.autoResume,
     alert_at: p.alertAt,
@@ -120,7 +128,7 @@ export function policyOf(c: ConfigRow): AgentPolicy {
     autoResume: c.auto_resume,
     webhookUrl: c.slack_webhook_url,
     alertAt: c.alert_at,
-    velocityLimitNano: velocityLimitOf(c.velocity_limit_nano),
+    velocityLimitNano: c.velocity_limit_nano > 0 ? c.velocity_limit_nano : null,
     velocityWindowMinutes: c.velocity_window_minutes,
   }
 }

@@ -24,7 +24,7 @@ afterAll(async () => {
   await (await server)?.stop()
   await (await cluster)?.stop()
 })
-const emptyLoad = async (): Promise<AgentLoad> => ({ minutes: [], seen: [], policy: null, pause: null, ignored: null })
+const emptyLoad = async (): Promise<AgentLoad> => ({ minutes: [], seen: [], policy: null, policyVersion: 0, pause: null, ignored: null })
 
 interface Subject {
   hs: HotState
@@ -402,7 +402,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       for (const m of [0, 1, 2]) burst.push(await hs.record(ev(USD, at(m)), at(m)))
       expect(burst.map((r) => r.pausedReason)).toEqual([null, null, 'velocity'])
       expect(burst[2]!.transitions).toEqual([
-        expect.objectContaining({ reason: 'velocity', paused: true, velocity: { spentNano: 3 * USD, limitNano: 2 * USD, windowMinutes: 5 } }),
+        expect.objectContaining({ reason: 'velocity', paused: true, meter: { id: 'velocity', spentNano: 3 * USD, limitNano: 2 * USD, windowMinutes: 5 } }),
       ])
       expect((await journaled()).filter((r) => r.table === 'pause_transitions').map((r) => r.row.reason)).toEqual(['velocity'])
       // The same 1 USD every 5 minutes, over a day: the window never holds two of them (minute 0
@@ -484,7 +484,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       await hs.setPolicy(ref, policy(10, { alertAt: [] }), T0, 'key-1')
       await hs.record(ev(4 * USD), T0)
       await journaled()
-      expect(await hs.hold(ref, hold(3 * USD), T0)).toEqual({ refusal: null, paused: false, pausedReason: null, remainingNano: 3 * USD, transitions: [] })
+      expect(await hs.hold(ref, hold(3 * USD), T0)).toEqual({ refusal: null, paused: false, pausedReason: null, remainingNano: 3 * USD })
       // Exactly at the budget is within it; a nano more is over.
       expect(await hs.hold(ref, hold(3 * USD + 1), T0)).toMatchObject({ refusal: 'budget', remainingNano: 3 * USD })
       expect(await hs.hold(ref, hold(3 * USD), T0)).toMatchObject({ refusal: null, remainingNano: 0 })
@@ -722,7 +722,7 @@ describe('redis hot state: budget holds (issue 13)', () => {
     expect(others).toEqual([])
     await redis.del(hz!, hz!.replace(/:hz$/, ':h'))
     expect((await hs.get(ref, T0)).snapshot.heldNano).toBe(0)
-    const [state] = await redis.keys(`${prefix}*:hs:${agentKeyId('u', 'a')}:a`)
+    const [state] = await redis.keys(`${prefix}*:hs:${agentKeyId('u', 'a')}:s`)
     expect(await redis.hget(state!, 'held')).toBeNull()
   })
 
@@ -731,7 +731,7 @@ describe('redis hot state: budget holds (issue 13)', () => {
     await hs.hold(ref, hold('old', 3 * USD), T0)
     expect((await hs.get(ref, T0)).snapshot.heldNano).toBe(3 * USD)
     // The agent's state is lost (its :a expired or was flushed); its hold keys are still there.
-    const [agentState, ...others] = await redis.keys(`${prefix}*:hs:${agentKeyId('u', 'a')}:a`)
+    const [agentState, ...others] = await redis.keys(`${prefix}*:hs:${agentKeyId('u', 'a')}:s`)
     expect(others).toEqual([])
     expect(await redis.hget(agentState!, 'held')).toBe(String(3 * USD))
     await redis.del(agentState!)

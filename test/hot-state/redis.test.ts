@@ -21,10 +21,9 @@ const ev = (costNano: number, extra: Partial<RecordInput> = {}): RecordEvent => 
   const e = { ...ref, eventId: `e${++n}`, costNano, llmCall: true, at: T0, ...extra }
   return { ...e, row: { user_id: e.userId, agent_id: e.agentId, timestamp: toChDateTime64us(e.at * 1000), event_id: e.eventId, event_type: 'llm_call', model: '', input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, tool_name: null, metadata: '', cost_nano: e.costNano, price_fallback: false } }
 }
-const emptyLoad = (): AgentLoad => ({ minutes: [], seen: [], policy: null, pause: null, ignored: null })
+const emptyLoad = (): AgentLoad => ({ minutes: [], seen: [], policy: null, policyVersion: 0, pause: null, ignored: null })
 
-/** A loader standing in for ClickHouse that counts its calls. */
-/** Loads agents with `load` and counts them; a fleet (types.ts FLEET) loads empty, uncounted. */
+/** A loader standing in for ClickHouse: loads agents with `load` and counts them; a fleet (types.ts FLEET) loads empty, uncounted. */
 function countingLoader(load: () => AgentLoad = emptyLoad) {
   const loader = async (ref: AgentRef, _now: number): Promise<AgentLoad> => {
     if (isFleet(ref)) return emptyLoad()
@@ -70,7 +69,7 @@ function hot(o: { redis?: Redis; prefix: string; loader: AgentLoader; instance?:
 
 describe('redis hot state: load on demand', () => {
   it('loads a lost agent once for 20 concurrent records, adds new events to it, and skips ids it already holds', async () => {
-    const loaded = { minutes: [{ minute: M0 - 10, costNano: USD, llmCalls: 2 }], seen: [{ eventId: 'stored', costNano: USD, minute: M0 - 10 }], policy: null, pause: null, ignored: null }
+    const loaded = { ...emptyLoad(), minutes: [{ minute: M0 - 10, costNano: USD, llmCalls: 2 }], seen: [{ eventId: 'stored', costNano: USD, minute: M0 - 10 }] }
     const loader = countingLoader(() => loaded)
     const p = prefix()
     const hs = hot({ prefix: p, loader })
@@ -88,7 +87,7 @@ describe('redis hot state: load on demand', () => {
   })
 
   it('loads on a read too, and a read never pauses what it loaded', async () => {
-    const loader = countingLoader(() => ({ ...emptyLoad(), minutes: [{ minute: M0, costNano: 2 * USD, llmCalls: 1 }], policy: { ...DEFAULT_POLICY, thresholdNano: USD } }))
+    const loader = countingLoader(() => ({ ...emptyLoad(), minutes: [{ minute: M0, costNano: 2 * USD, llmCalls: 1 }], policy: { ...DEFAULT_POLICY, thresholdNano: USD }, policyVersion: 1 }))
     const hs = hot({ prefix: prefix(), loader })
     const { snapshot, transition } = await hs.get(ref, T0)
     expect(snapshot).toMatchObject({ totalNano: 2 * USD, configured: true, pause: { paused: false } })
@@ -237,7 +236,7 @@ describe('redis hot state: keys', () => {
     for (const r of [ref, odd]) {
       const tag = partitionTag(partitionOf(r.userId, DEFAULT_PARTITIONS))
       const own = keys.filter((k) => k.startsWith(`${p}${tag}:`))
-      // :a, :w, :m of the agent; beside them the user's index, the journal stream, the event-id tables
+      // :s, :w, :m of the agent; beside them the user's index, the journal stream, the event-id tables
       expect(own.filter((k) => k.includes(`:hs:${agentKeyId(r.userId, r.agentId)}:`))).toHaveLength(3)
       expect(own.filter((k) => k.startsWith(`${p}${tag}:e`)).length).toBeGreaterThanOrEqual(2)
       for (const key of own) expect(keySlot(key)).toBe(keySlot(`${tag}:journal`)) // the slot of every key of the user
@@ -251,7 +250,7 @@ describe('redis hot state: keys', () => {
     await hs.record(ev(1), T0)
     await hs.record(ev(2), T0)
     const keys = [...(await keysOf(p)), ...(await server.redis.keys(`${p}{p*}:u:*`)), ...(await server.redis.keys(`${p}{p*}:e*`))]
-    expect(keys.length).toBe(9) // :a :w :m of the agent and of its fleet, the user's index, the id tables' meta and one bucket
+    expect(keys.length).toBe(9) // :s :w :m of the agent and of its fleet, the user's index, the id tables' meta and one bucket
     for (const key of keys) {
       const ttl = await server.redis.pttl(key)
       expect(ttl, key).toBeGreaterThan(0)
@@ -260,45 +259,38 @@ describe('redis hot state: keys', () => {
   })
 })
 
-describe('redis hot state: alerts after a load (issue 12)', () => {
+describe('redis hot state: alerts after a load', () => {
   it('takes the alert levels a loaded total is at as fired: a reload sends no alert again', async () => {
-    const loaded = { minutes: [{ minute: M0 - 10, costNano: 0.85 * USD, llmCalls: 1 }], seen: [], policy: { ...DEFAULT_POLICY, thresholdNano: USD, alertAt: [0.5, 0.9] }, pause: null, ignored: null }
+    const loaded = { ...emptyLoad(), minutes: [{ minute: M0 - 10, costNano: 0.85 * USD, llmCalls: 1 }], policy: { ...DEFAULT_POLICY, thresholdNano: USD, alertAt: [0.5, 0.9] }, policyVersion: 1 }
     const hs = hot({ prefix: prefix(), loader: countingLoader(() => loaded) })
     expect((await hs.record(ev(1), T0)).alerts).toEqual([])
     expect((await hs.record(ev(0.05 * USD), T0)).alerts.map((a) => a.level)).toEqual([0.9])
   })
 })
 
-describe('redis hot state: an ignoring-pause flag after a load (issue 13)', () => {
+describe('redis hot state: an ignoring-pause flag after a load', () => {
   it('keeps a flag raised for the pause that holds: a reload raises it no second time', async () => {
     const since = T0 - 120_000
-    const loaded = { minutes: [], seen: [], policy: null, pause: { paused: true, reason: 'manual' as const, override: false, since }, ignored: { since, calls: 3, nano: 7, flagged: true } }
+    const loaded = { ...emptyLoad(), pause: { paused: true, reason: 'manual' as const, override: false, since }, ignored: { since, calls: 3, nano: 7, flagged: true } }
     const hs = hot({ prefix: prefix(), loader: countingLoader(() => loaded) })
     expect((await hs.record(ev(5), T0)).ignored).toBeNull()
     expect((await hs.get(ref, T0)).snapshot).toMatchObject({ pause: { paused: true, since }, ignored: { since, calls: 4, nano: 12, flagged: true } })
   })
 })
 
-describe('redis hot state: hourly sums (issue 12)', () => {
-  it('gives an agent kept before hourly sums existed its sums once, from its minute buckets', async () => {
+describe('redis hot state: a state kept by an earlier layout', () => {
+  it("is not read: the agent is loaded again from ClickHouse, and the earlier keys are left to expire", async () => {
     const p = prefix()
-    const hs = hot({ prefix: p, loader: countingLoader() })
-    const later = T0 + 22 * 60 * MINUTE_MS + 50 * MINUTE_MS
-    await hs.record(ev(5 * USD), T0)
-    await hs.record(ev(USD, { at: later }), later)
-    const before = (await hs.get(ref, later)).exhaustionAt
-    expect(before).toBe(later + 9 * 60 * MINUTE_MS)
-    // What an agent of the earlier version holds: no h<hour> fields, no 'hours' mark.
-    const [a, w] = ['a', 'w'].map((s) => `:hs:${agentKeyId(ref.userId, ref.agentId)}:${s}`) as [string, string]
-    const keys = await server.redis.keys(`${p}*`)
-    const stateKey = keys.find((k) => k.endsWith(a))!
-    const bucketsKey = keys.find((k) => k.endsWith(w))!
-    const hourFields = (await server.redis.hkeys(bucketsKey)).filter((f) => f.startsWith('h'))
-    expect(hourFields).toHaveLength(2)
-    await server.redis.hdel(bucketsKey, ...hourFields)
-    await server.redis.hdel(stateKey, 'hours')
-    expect((await hs.get(ref, later)).exhaustionAt).toBe(before)
-    expect((await server.redis.hkeys(bucketsKey)).filter((f) => f.startsWith('h')).sort()).toEqual(hourFields.sort())
+    const loader = countingLoader(() => ({ ...emptyLoad(), minutes: [{ minute: M0, costNano: 3 * USD, llmCalls: 1 }] }))
+    const hs = hot({ prefix: p, loader })
+    // What an earlier release kept for the agent: its state in an :a hash beside :w and :m.
+    const base = `${p}${partitionTag(partitionOf(ref.userId, DEFAULT_PARTITIONS))}:hs:${agentKeyId(ref.userId, ref.agentId)}`
+    await server.redis.hset(`${base}:a`, 'loaded', '1', 'total', String(9 * USD), 'calls', '4', 'threshold', String(USD), 'paused', '1', 'reason', 'budget')
+    await server.redis.hset(`${base}:w`, `c${M0}`, String(9 * USD), `n${M0}`, '4')
+    await server.redis.rpush(`${base}:m`, String(M0))
+    expect((await hs.record(ev(1), T0)).totalNano).toBe(3 * USD + 1)
+    expect(loader.calls).toBe(1)
+    expect((await hs.get(ref, T0)).snapshot).toMatchObject({ totalNano: 3 * USD + 1, llmCalls: 2, pause: { paused: false } })
   })
 })
 

@@ -8,7 +8,8 @@ import { WINDOW_MINUTES, inWindow } from '../../src/window.ts'
  * any sequence of events and expiries, its totals must be those of the rule written plainly:
  * a list of minute buckets, an event folded into the newest bucket when it is not newer,
  * buckets dropped from the front once their minute leaves the window; the cost per UTC hour
- * and of the last 60 minutes (the projection's inputs, issue 12) are sums over that list.
+ * and of the last 60 minutes (the projection's inputs) and since any minute (a meter's
+ * window) are sums over that list.
  */
 class PlainWindow {
   buckets: Array<{ minute: number; cost: number; calls: number }> = []
@@ -46,8 +47,8 @@ class PlainWindow {
     return out
   }
 
-  lastHourNano(nowMinute: number): number {
-    return this.buckets.filter((b) => b.minute > nowMinute - 60).reduce((sum, b) => sum + b.cost, 0)
+  spentSince(fromMinute: number): number {
+    return this.buckets.filter((b) => b.minute >= fromMinute).reduce((sum, b) => sum + b.cost, 0)
   }
 }
 
@@ -70,7 +71,7 @@ const step: fc.Arbitrary<Step> = fc.oneof(
 )
 
 describe('RollingWindow', () => {
-  it('keeps the totals, hourly costs and last hour of the plain rule over any events and expiries (property, 120 runs of up to 3,000 steps)', () => {
+  it('keeps the totals, hourly costs, last hour and spend since a minute of the plain rule over any events and expiries (property, 120 runs of up to 3,000 steps)', () => {
     fc.assert(
       fc.property(fc.array(step, { maxLength: 3000, size: 'max' }), (steps) => {
         const ring = new RollingWindow()
@@ -90,7 +91,8 @@ describe('RollingWindow', () => {
           }
           expect([ring.totalNano, ring.llmCalls, ring.empty]).toEqual([plain.totalNano, plain.llmCalls, plain.buckets.length === 0])
           expect([...ring.hours]).toEqual(plain.hours)
-          expect(ring.lastHourNano(now)).toBe(plain.lastHourNano(now))
+          expect(ring.spentSince(now - 59)).toBe(plain.spentSince(now - 59))
+          expect(ring.spentSince(minute - (s.kind === 'add' ? s.calls * 7 : 0))).toBe(plain.spentSince(minute - (s.kind === 'add' ? s.calls * 7 : 0)))
         }
       }),
       { numRuns: 120 },

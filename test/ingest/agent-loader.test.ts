@@ -49,7 +49,7 @@ describe('loading agents from ClickHouse', () => {
     expect(b).toMatchObject({ minutes: [{ costNano: 11, llmCalls: 1 }], policy: { thresholdNano: 3, autoResume: true } })
     expect(b!.seen).toHaveLength(1)
     // The other user's agent of the same name is not theirs.
-    for (const none of [u1b, u2a, ...(await Promise.all(fresh))]) expect(none).toEqual({ minutes: [], seen: [], policy: null, pause: null, ignored: null })
+    for (const none of [u1b, u2a, ...(await Promise.all(fresh))]) expect(none).toEqual({ minutes: [], seen: [], policy: null, policyVersion: 0, pause: null, ignored: null })
   })
 
   it('loads a fleet (the agent \'\' of its user) as the sums of all its agents\' minutes, with its own config, in the same batch', async () => {
@@ -70,6 +70,7 @@ describe('loading agents from ClickHouse', () => {
       ],
       seen: [],
       policy: { ...DEFAULT_POLICY, thresholdNano: 20, alertAt: [0.5] },
+      policyVersion: expect.any(Number),
       pause: null,
       ignored: null,
     })

@@ -1,9 +1,10 @@
--- agents: the user's agents with an event in the window (HotState.activeAgents).
--- KEYS[1] {p}:u:<user>  sorted set: agent id scored by the minute of its last event, and
---   the member '' scored +inf once the set holds every agent of the user (agents_load.lua)
--- ARGV[1] now (ms)
--- Returns NEEDS_LOAD (the set was lost or expired: it is loaded from ClickHouse), or the ids.
-if not redis.call('ZSCORE', KEYS[1], '') then return 'NEEDS_LOAD' end
-local now_minute = math.floor(tonumber(ARGV[1]) / 60000)
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now_minute - 1440)
-return redis.call('ZRANGEBYSCORE', KEYS[1], now_minute - 1440, '(+inf')
+-- agents: the user's agents with an event in the window (RedisHotState.activeAgents).
+-- K: index, the user's {p}:u:<user>: a sorted set of agent ids scored by the minute of their
+--   last event, and the member '' scored +inf once it holds every agent of the user
+--   (agents_load.lua)
+-- A: now
+-- Returns a NEEDS_LOAD control answer (the set was lost or expired: it is loaded from
+-- ClickHouse), or {agents = [id…]}.
+if not redis.call('ZSCORE', K.index, '') then return control('NEEDS_LOAD', { keys = { K.index } }) end
+redis.call('ZREMRANGEBYSCORE', K.index, '-inf', NOW_MINUTE - WINDOW)
+return cjson.encode({ agents = redis.call('ZRANGEBYSCORE', K.index, NOW_MINUTE - WINDOW, '(+inf') })

@@ -1,29 +1,31 @@
--- get: the agent's window and state after expiry; only the relaxing rules apply (reads never
--- pause), and what they change is journaled. KEYS[1..6], ARGV[1..7] (lib.lua)
--- KEYS[7..8] the agent's :hz :h (its open budget holds, lib.lua)
--- ARGV[8] 1: with what the projection reads (a listing leaves them out: 0)
--- Returns NEEDS_LOAD, FENCED, or {{total, calls, paused, reason, override, threshold,
--- auto_resume, webhook, configured, active, alert_at, vlimit, vwindow, paused_at, ign_since,
--- ign_calls, ign_nano, ign_flag (0|1), held}, transition or false,
--- spend (lib.lua) or false}.
+-- get: a state's window and pause after the time passed (HotState.get, memory.ts get()): only
+-- the relaxing rules apply (reads never pause), and what they change is journaled.
+-- K: journal, fenced
+-- A: now, ttl, instance, stream_rows, at, state {key, pv, meters, members}, with_spend (what
+--   the projection reads; a listing leaves it out)
+-- Returns a control answer (state.lua control(): FENCED, NEEDS_LOAD, STALE), or {total, calls, active, pause
+-- {paused, reason, override, since}, held, ignored {since, calls, nano, flagged}, transition,
+-- spend}.
 local closed = journal_closed(false)
-if closed then return closed end
-local st = read_state(A, W, M, ARGV[5])
-if not st then return NEEDS_LOAD end
-local now_minute = minute_of(NOW)
-expire(st, now_minute)
-read_held(st, KEYS[7], KEYS[8])
-local relaxed = evaluate(st, false)
-local out = false
-if relaxed then out = transition(st, relaxed) end
--- A read writes only what expiry and the relaxing rules changed, and does not refresh the
--- TTL: an agent that is only read still expires and is loaded again on demand.
-if st.dirty or relaxed then save_state(st) end
-return {
-  { fmt(st.total), fmt(st.calls), st.paused and 1 or 0, st.reason, st.override and 1 or 0,
-    st.threshold_s, st.auto_resume and 1 or 0, st.webhook or false, st.configured and 1 or 0,
-    redis.call('LLEN', M) > 0 and 1 or 0, st.alert_at, fmt(st.vlimit), st.vwindow, fmt(st.since),
-    fmt(st.ign.since), fmt(st.ign.calls), fmt(st.ign.nano), st.ign.flagged and 1 or 0, fmt(st.held) },
-  out,
-  ARGV[8] == '1' and spend(st, now_minute) or false,
+if closed then return control(closed) end
+local s = A.state
+local st = read_state(s.key, s.meters, s.members)
+if not st then return control('NEEDS_LOAD', { keys = { s.key } }) end
+local outdated = stale({ st, s.pv })
+if outdated then return outdated end
+move_on(st)
+expire_holds(st)
+judge(st, s.meters)
+local change = relax(st, s.meters)
+local out = {
+  total = fmt(st.total), calls = fmt(st.calls), active = redis.call('LLEN', st.m) > 0,
+  pause = { paused = st.pause.paused, reason = st.pause.reason, override = st.pause.override, since = fmt(st.pause.since) },
+  held = fmt(st.held),
+  ignored = { since = fmt(st.ign.since), calls = fmt(st.ign.calls), nano = fmt(st.ign.nano), flagged = st.ign.flagged },
 }
+if change then out.transition = transition(st, 'agent', change, st.total) end
+if A.with_spend then out.spend = spend(st) end
+-- A read writes only what the time passed and the relaxing rules changed, and does not
+-- refresh the TTL: an agent that is only read still expires and is loaded again on demand.
+save_state(st)
+return cjson.encode(out)

@@ -1,55 +1,48 @@
--- hold: POST /holds (issue 13, memory.ts hold()): grants a budget hold when the agent and its
--- fleet run and its worst case stays within their budgets with their open holds counted
--- (policy.ts holdRefusal()), and adds it to both; the relaxing rules apply first, journaled.
--- KEYS as record.lua's: KEYS[1..6] (lib.lua), KEYS[7] the partition's event ids (unused here),
--- KEYS[8..10] the fleet's :a :w :m, KEYS[11..14] the agent's :hz :h and the fleet's :hz :h
--- ARGV[1..7] (lib.lua)  ARGV[8] the hold id  ARGV[9] its worst case (nano-USD integer)
--- ARGV[10] when it expires (ms)  ARGV[11] the fleet's JSON members
--- Returns NEEDS_LOAD, NEEDS_FLEET_LOAD, FENCED, HOLD_OF_ANOTHER_AGENT, or {refusal ('' when granted), then of the
--- agent and of its fleet each: pause reason ('' when running), override (0|1), total, held,
--- threshold, {transition or false}}.
+-- hold: POST /holds (memory.ts hold(), rules.lua step_hold()): an open hold of another agent
+-- of the user is refused before anything; then the relaxing rules apply (journaled), and the
+-- hold is granted and added to the agent and its fleet when the rules allow it.
+-- K: journal, fenced
+-- A: now, ttl, instance, stream_rows, at, agent and fleet {key, pv, meters, members},
+--   hold {id, amount, expires (ms), key_id (the agent's name in key names), agent_id}
+-- Returns a control answer (state.lua control(): FENCED, NEEDS_LOAD, STALE,
+-- HOLD_OF_ANOTHER_AGENT), or {refusal (absent: granted), agent and fleet {pause {paused,
+-- reason, override}, spent [per meter], held}, transitions}.
 local closed = journal_closed(false)
-if closed then return closed end
-local st = read_state(A, W, M, ARGV[5])
-if not st then return NEEDS_LOAD end
-local fleet = read_state(KEYS[8], KEYS[9], KEYS[10], ARGV[11])
-if not fleet then return 'NEEDS_FLEET_LOAD' end
-local now_minute = minute_of(NOW)
-expire(st, now_minute)
-expire(fleet, now_minute)
-read_held(st, KEYS[11], KEYS[12])
-read_held(fleet, KEYS[13], KEYS[14])
-
--- What the expiry relaxed comes first: an auto-resumed agent may hold again.
-local function relax(s)
-  local relaxed = evaluate(s, false)
-  if s.dirty or relaxed then save_state(s) end
-  return relaxed and transition(s, relaxed) or false
+if closed then return control(closed) end
+local a, f = A.agent, A.fleet
+local agent = read_state(a.key, a.meters, a.members)
+if not agent then return control('NEEDS_LOAD', { keys = { a.key } }) end
+local fleet = read_state(f.key, f.meters, f.members)
+if not fleet then return control('NEEDS_LOAD', { keys = { f.key } }) end
+local outdated = stale({ agent, a.pv }, { fleet, f.pv })
+if outdated then return outdated end
+move_on(agent)
+move_on(fleet)
+expire_holds(agent)
+expire_holds(fleet)
+local h = A.hold
+local mine = open_hold(agent, h.id)
+if not mine and open_hold(fleet, h.id) then
+  save_state(agent)
+  save_state(fleet)
+  return control('HOLD_OF_ANOTHER_AGENT', { hold = h.id })
 end
-local agent_t, fleet_t = relax(st), relax(fleet)
-
--- policy.ts holdRefusal(), branch for branch.
-local cost = tonumber(ARGV[9])
-local function over(s)
-  return not s.override and s.total + s.held + cost > s.threshold
+judge(agent, a.meters)
+judge(fleet, f.meters)
+local step = step_hold(agent, fleet, { agent = a.meters, fleet = f.meters }, h.amount, mine ~= nil)
+local transitions = {}
+if step.agent then transitions[#transitions + 1] = transition(agent, 'agent', step.agent, agent.total) end
+if step.fleet then transitions[#transitions + 1] = transition(fleet, 'fleet', step.fleet, fleet.total) end
+if not step.refusal and not mine then
+  local entry = hold_entry(h.amount, h.key_id, h.agent_id)
+  put_hold(agent, h.id, h.amount, h.expires, entry)
+  put_hold(fleet, h.id, h.amount, h.expires, entry)
 end
-local refusal = ''
--- A retry of a hold still open is that hold, granted again and held once.
-local again = has_hold(st, ARGV[8])
-if not again and has_hold(fleet, ARGV[8]) then return 'HOLD_OF_ANOTHER_AGENT' end
-if again then
-  refusal = ''
-elseif st.paused or fleet.paused then
-  refusal = 'paused'
-elseif over(st) then
-  refusal = 'budget'
-elseif over(fleet) then
-  refusal = 'fleet_budget'
-else
-  put_hold(st, ARGV[8], cost, ARGV[10], ARGV[9])
-  put_hold(fleet, ARGV[8], cost, ARGV[10], ARGV[9] .. ':' .. ARGV[7])
+save_state(agent)
+save_state(fleet)
+local function told(st)
+  local spent = {}
+  for i, x in ipairs(st.spent) do spent[i] = fmt(x) end
+  return { pause = { paused = st.pause.paused, reason = st.pause.reason, override = st.pause.override }, spent = spent, held = fmt(st.held) }
 end
-local function reply(s, t)
-  return { s.reason, s.override and 1 or 0, fmt(s.total), fmt(s.held), s.threshold_s, t }
-end
-return { refusal, reply(st, agent_t), reply(fleet, fleet_t) }
+return cjson.encode({ refusal = step.refusal, agent = told(agent), fleet = told(fleet), transitions = transitions })

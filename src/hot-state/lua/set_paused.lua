@@ -1,16 +1,21 @@
--- set_paused: POST /config/pause (memory.ts setPaused(), policy.ts manual()).
--- KEYS[1..6], ARGV[1..7] (lib.lua)  KEYS[7..8] the agent's :hz :h (its open holds, lib.lua)
--- ARGV[8] paused (0|1)  ARGV[9] actor (the key id)
--- Returns NEEDS_LOAD, FENCED, FULL, or {transition or false} (false when the state already was that).
+-- set_paused: POST /config/pause (memory.ts setPaused(), rules.lua manual()).
+-- K: journal, fenced
+-- A: now, ttl, instance, stream_rows, at, state {key, pv, meters, members}, paused, actor
+-- Returns a control answer (state.lua control(): FENCED, FULL, NEEDS_LOAD, STALE), or {transition} (absent
+-- when the state already was that).
 local closed = journal_closed(true)
-if closed then return closed end
-local st = read_state(A, W, M, ARGV[5])
-if not st then return NEEDS_LOAD end
-expire(st, minute_of(NOW))
-read_held(st, KEYS[7], KEYS[8])
-local changed = manual(st, ARGV[8] == '1')
-local out = false
-if changed then out = transition(st, 'manual', ARGV[9]) end
-if changed or st.dirty then save_state(st) end
+if closed then return control(closed) end
+local s = A.state
+local st = read_state(s.key, s.meters, s.members)
+if not st then return control('NEEDS_LOAD', { keys = { s.key } }) end
+local outdated = stale({ st, s.pv })
+if outdated then return outdated end
+move_on(st)
+expire_holds(st)
+judge(st, s.meters)
+local change = manual(st, s.meters, A.paused)
+local out = {}
+if change then out.transition = transition(st, 'agent', change, st.total, A.actor) end
+save_state(st)
 touch(st)
-return { out }
+return cjson.encode(out)

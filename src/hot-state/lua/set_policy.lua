@@ -1,43 +1,32 @@
--- set_policy: POST /config (memory.ts setPolicy()): store the policy and journal its
--- agent_configs row; a changed threshold ends a manual override.
--- KEYS[1..6], ARGV[1..7] (lib.lua)  ARGV[8] threshold (nano-USD integer)
--- ARGV[9] auto_resume (0|1)  ARGV[10] webhook url ('' for none)  ARGV[11] the config row (JSON,
--- without "replaced": the config it replaces is appended here)  ARGV[12] actor (the key id)
--- ARGV[13] the new config as shown (JSON)  ARGV[14] the alert levels (comma-separated, ascending)
--- ARGV[15] the velocity limit (nano-USD integer, 0: none)  ARGV[16] its window (minutes)
--- Returns NEEDS_LOAD, FENCED, FULL, or {transition or false}.
+-- set_policy: POST /config (memory.ts setPolicy(), rules.lua change_policy()): store the
+-- policy and journal its agent_configs row; a changed limit ends a manual override.
+-- K: journal, fenced
+-- A: now, ttl, instance, stream_rows, at, state {key, pv, meters (the policy's it replaces),
+--   members}, policy (the new one's JSON), meters (the new one's), version (its row's), shown
+--   (the config as the audit log shows it), actor
+-- ARGV[2] the config's row (JSON, without "replaced": the config it replaces is appended here)
+-- Returns a control answer (state.lua control(): FENCED, FULL, NEEDS_LOAD, STALE), or {pv (the version now
+-- stored), transition}.
 local closed = journal_closed(true)
-if closed then return closed end
-local st = read_state(A, W, M, ARGV[5])
-if not st then return NEEDS_LOAD end
-local replaced = ''
-if st.configured then replaced = redis.call('HGET', A, 'shown') or '' end
-local changed = st.threshold ~= tonumber(ARGV[8])
-st.threshold, st.threshold_s, st.auto_resume = tonumber(ARGV[8]), ARGV[8], ARGV[9] == '1'
--- A level kept keeps its state (policy.ts carryAlerts); a new one starts armed.
-local alerted = 0
-local i = 0
-for level in string.gmatch(ARGV[14], '[^,]+') do
-  i = i + 1
-  for j, old in ipairs(st.levels) do
-    if old == level and math.floor(st.alerted / 2 ^ (j - 1)) % 2 == 1 then alerted = alerted + 2 ^ (i - 1) end
-  end
+if closed then return control(closed) end
+local s = A.state
+local st = read_state(s.key, s.meters, s.members)
+if not st then return control('NEEDS_LOAD', { keys = { s.key } }) end
+local outdated = stale({ st, s.pv })
+if outdated then return outdated end
+local replaced = redis.call('HGET', st.s, 'shown') or ''
+local change = change_policy(st, s.meters, A.meters)
+-- Versions only grow, whatever the callers' clocks do: every instance's cache tells them apart.
+local pv = math.max(A.version, st.pv + 1)
+redis.call('HSET', st.s, 'pv', fmt(pv), 'policy', A.policy, 'shown', A.shown)
+-- Alert bits of meters the new policy no longer has go.
+for _, m in ipairs(s.meters) do
+  if st.alerted[m.id] == nil and st.alerted_read[m.id] ~= 0 then redis.call('HDEL', st.s, 'al:' .. m.id) end
 end
-redis.call('HSET', A, 'threshold', ARGV[8], 'auto_resume', ARGV[9], 'configured', '1', 'shown', ARGV[13],
-  'alert_at', ARGV[14], 'alerted', alerted, 'vlimit', ARGV[15], 'vwindow', ARGV[16])
-if ARGV[10] ~= '' then
-  st.webhook = ARGV[10]
-  redis.call('HSET', A, 'webhook', ARGV[10])
-else
-  st.webhook = false
-  redis.call('HDEL', A, 'webhook')
-end
-journal('agent_configs', string.sub(ARGV[11], 1, -2) .. ',"replaced":' .. cjson.encode(replaced) .. '}')
-local out = false
-if changed and st.override then
-  st.override = false
-  save_state(st)
-  out = transition(st, 'threshold_changed', ARGV[12])
-end
+for id in pairs(st.alerted) do st.alerted_read[id] = st.alerted_read[id] or 0 end
+journal('agent_configs', string.sub(ARGV[2], 1, -2) .. ',"replaced":' .. cjson.encode(replaced) .. '}')
+local out = { pv = fmt(pv) }
+if change then out.transition = transition(st, 'agent', change, st.total, A.actor) end
+save_state(st)
 touch(st)
-return { out }
+return cjson.encode(out)

@@ -1,0 +1,230 @@
+import { readFileSync } from 'node:fs'
+import type { ChainableCommander } from 'ioredis'
+import { z } from 'zod'
+import type { RedisClient } from '../storage/redis.ts'
+import { METER_IDS } from './meters.ts'
+
+/**
+ * The Redis hot state's Lua scripts, each described once: its file, the names of its keys
+ * and the shape of its answer. The description builds everything positional: the prelude
+ * that names the keys for the script (K.<name>), the key list of the call, and the check of
+ * the answer. Arguments travel as one JSON object (ARGV[1], A.<name> in Lua), plus rows and
+ * fingerprints as ARGV[2..], which the script appends as they are. Every script answers a
+ * JSON object (cjson): a control answer (state.lua control()), or its result.
+ *
+ * JSON both ways costs the script about 2 µs per event at the bench's load (cjson's decode
+ * and encode, measured against positional arrays with INFO commandstats), a small part of
+ * the step, and it names every value: a missing or misplaced one is an error at the
+ * boundary instead of a number read from the wrong slot.
+ */
+export interface ScriptSpec<R> {
+  /** The ioredis command it is defined as. */
+  command: string
+  /** Its file under lua/. */
+  file: string
+  /** Its keys, by the names the script reads them by, in the order they are passed. */
+  keys: readonly string[]
+  /** Its result (a control answer is told apart before this is checked). */
+  result: z.ZodType<R>
+}
+
+/** A control answer: what must happen before the script can act (nothing changed). */
+export interface Control {
+  control: 'FENCED' | 'FULL' | 'NEEDS_LOAD' | 'STALE' | 'HOLD_OF_ANOTHER_AGENT'
+  detail: { keys?: string[]; stale?: Array<{ key: string; pv: number; policy?: string }>; hold?: string }
+}
+
+// cjson writes an empty table as {}: a list that may be empty accepts that as [].
+const list = <T extends z.ZodType>(item: T) => z.preprocess((v) => (isEmptyObject(v) ? [] : v), z.array(item))
+const isEmptyObject = (v: unknown) => typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).length === 0
+/** Money and other integers the scripts send as text (cjson keeps 14 significant digits of a number). */
+const int = z.string().regex(/^-?\d+$/).transform(Number)
+
+const controlSchema = z.strictObject({
+  control: z.enum(['FENCED', 'FULL', 'NEEDS_LOAD', 'STALE', 'HOLD_OF_ANOTHER_AGENT']),
+  detail: z.preprocess(
+    (v) => (isEmptyObject(v) ? {} : v),
+    z.strictObject({
+      keys: list(z.string()).optional(),
+      stale: list(z.strictObject({ key: z.string(), pv: int, policy: z.string().optional() })).optional(),
+      hold: z.string().optional(),
+    }),
+  ),
+})
+
+const transition = z.strictObject({
+  scope: z.string(),
+  reason: z.enum([...METER_IDS, 'manual', 'auto_resume', 'override_cleared', 'threshold_changed']),
+  paused: z.boolean(),
+  override: z.boolean(),
+  total: int,
+  held: int,
+  version: int,
+  meter: z.number().int(),
+  spent: int.optional(),
+})
+export type TransitionReply = z.output<typeof transition>
+
+/** lua/state.lua spend(): what the projection reads. */
+const spend = z.strictObject({ last_hour: int, hours: list(z.string().transform(Number)) })
+export type SpendReply = z.output<typeof spend>
+
+const recorded = z.union([
+  z.strictObject({ error: z.literal('HOLD_OF_ANOTHER_AGENT') }),
+  z.strictObject({
+    counted: z.boolean(),
+    cost: int,
+    total: int,
+    reason: z.string(),
+    fleet_reason: z.string(),
+    spend,
+    transitions: list(transition).optional(),
+    alerts: list(z.strictObject({ scope: z.string(), meter: z.number().int(), level: z.number().int(), spent: int, version: int })).optional(),
+    ignored: z.strictObject({ since: int, calls: int, nano: int, version: int }).optional(),
+    fleet_total: int.optional(),
+    fleet_spend: spend.optional(),
+  }),
+])
+export type RecordedReply = z.output<typeof recorded>
+
+const pause = z.strictObject({ paused: z.boolean(), reason: z.string(), override: z.boolean() })
+
+/** What the scripts' arguments call a state: its :s key, the policy version and meters it was judged with, its rows' JSON members. */
+export interface StateArgs {
+  key: string
+  pv: number
+  meters: LuaMeter[]
+  members: string
+}
+
+/** A resolved meter (meters.ts ResolvedMeter) as lua/rules.lua reads it. */
+export interface LuaMeter {
+  id: string
+  limit: number
+  from: number
+  minutes: number
+  auto_resume: boolean
+  alert_at: readonly number[]
+  holds: boolean
+}
+
+export const SCRIPTS = {
+  record: {
+    command: 'burnrateRecord',
+    file: 'record',
+    keys: ['journal', 'fenced', 'ids'],
+    result: z.strictObject({ events: list(recorded) }),
+  },
+  get: {
+    command: 'burnrateGet',
+    file: 'get',
+    keys: ['journal', 'fenced'],
+    result: z.strictObject({
+      total: int,
+      calls: int,
+      active: z.boolean(),
+      pause: pause.extend({ since: int }),
+      held: int,
+      ignored: z.strictObject({ since: int, calls: int, nano: int, flagged: z.boolean() }),
+      transition: transition.optional(),
+      spend: spend.optional(),
+    }),
+  },
+  setPolicy: {
+    command: 'burnrateSetPolicy',
+    file: 'set_policy',
+    keys: ['journal', 'fenced'],
+    result: z.strictObject({ pv: int, transition: transition.optional() }),
+  },
+  setPaused: {
+    command: 'burnrateSetPaused',
+    file: 'set_paused',
+    keys: ['journal', 'fenced'],
+    result: z.preprocess((v) => (isEmptyObject(v) ? {} : v), z.strictObject({ transition: transition.optional() })),
+  },
+  hold: {
+    command: 'burnrateHold',
+    file: 'hold',
+    keys: ['journal', 'fenced'],
+    result: z.strictObject({
+      refusal: z.enum(['paused', 'budget', 'fleet_budget']).optional(),
+      agent: z.strictObject({ pause, spent: list(int), held: int }),
+      fleet: z.strictObject({ pause, spent: list(int), held: int }),
+      transitions: list(transition),
+    }),
+  },
+  release: {
+    command: 'burnrateRelease',
+    file: 'release',
+    keys: ['fleet'],
+    result: z.preprocess((v) => (isEmptyObject(v) ? {} : v), z.strictObject({ released: z.strictObject({ amount: int, agent_id: z.string() }).optional() })),
+  },
+  load: {
+    command: 'burnrateLoad',
+    file: 'load',
+    keys: ['ids'],
+    result: z.strictObject({ installed: z.boolean() }),
+  },
+  agents: {
+    command: 'burnrateAgents',
+    file: 'agents',
+    keys: ['index'],
+    result: z.strictObject({ agents: list(z.string()) }),
+  },
+  agentsLoad: {
+    command: 'burnrateAgentsLoad',
+    file: 'agents_load',
+    keys: ['index'],
+    result: z.preprocess(() => ({}), z.strictObject({})),
+  },
+} as const satisfies Record<string, ScriptSpec<unknown>>
+
+export type ScriptName = keyof typeof SCRIPTS
+export type ScriptResult<N extends ScriptName> = z.output<(typeof SCRIPTS)[N]['result']>
+
+// Read once at start-up. Every script gets the same prelude and shared files, so the rules
+// and the way a state is kept exist once in Lua.
+const lua = (name: string): string => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8')
+const SHARED = `${lua('state')}\n${lua('rules')}`
+
+/** The text Redis runs for a script: its keys named, its arguments decoded, the shared files, the script. */
+function source(spec: ScriptSpec<unknown>): string {
+  const keys = spec.keys.map((name, i) => `${name} = KEYS[${i + 1}]`).join(', ')
+  return `local K = { ${keys} }\nlocal A = cjson.decode(ARGV[1])\n${SHARED}\n${lua(spec.file)}`
+}
+
+/** Defines every script on a client (ioredis then calls them by EVALSHA, EVAL on NOSCRIPT). */
+export function defineScripts(redis: RedisClient): void {
+  for (const spec of Object.values(SCRIPTS)) redis.defineCommand(spec.command, { lua: source(spec), numberOfKeys: spec.keys.length })
+}
+
+/** Queues a script on a client or a pipeline: its keys by name, its arguments, and its raw ARGV[2..]. */
+export function queueScript<N extends ScriptName>(
+  c: RedisClient | ChainableCommander,
+  name: N,
+  keys: Record<(typeof SCRIPTS)[N]['keys'][number], string>,
+  args: object,
+  rest: readonly string[] = [],
+): unknown {
+  const spec: ScriptSpec<unknown> = SCRIPTS[name]
+  const named = keys as Record<string, string>
+  const command = (c as unknown as Record<string, (...a: unknown[]) => unknown>)[spec.command]!
+  return command.call(c, ...spec.keys.map((k) => named[k]!), JSON.stringify(args), ...rest)
+}
+
+/** Whether a script's raw answer is a control answer (state.lua control() writes that prefix). */
+export function isControl(raw: unknown): boolean {
+  return typeof raw === 'string' && raw.startsWith('{"control"')
+}
+
+/** A script's raw answer, checked: its control answer, or its result. */
+export function parseReply<N extends ScriptName>(name: N, raw: unknown): Control | ScriptResult<N> {
+  if (typeof raw !== 'string') throw new Error(`script ${name} answered ${typeof raw}, not JSON text`)
+  const json: unknown = JSON.parse(raw)
+  if (isControl(raw)) return controlSchema.parse(json) as Control
+  return SCRIPTS[name].result.parse(json) as ScriptResult<N>
+}
+
+export function isControlReply(reply: unknown): reply is Control {
+  return typeof reply === 'object' && reply !== null && 'control' in reply
+}
