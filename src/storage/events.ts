@@ -5,7 +5,7 @@ import type { Nano } from '../money.ts'
 import { fromChDateTime } from './clickhouse.ts'
 import { fingerprintOf } from '../hot-state/dedup.ts'
 import { clickhouseFailure } from './failures.ts'
-import { insert, select } from './query.ts'
+import { select } from './query.ts'
 
 /** A row of the events table as burnrate writes it. */
 export interface EventRow {
@@ -78,11 +78,6 @@ export type StoredEvent = z.output<typeof storedEvent>
 
 const EVENT_COLUMNS = `user_id, agent_id, timestamp, event_id, event_type, model, input_tokens, output_tokens,
   cache_read_tokens, cache_write_tokens, quantities, unpriced_quantities, service_tier, tool_name, metadata, cost_nano, price_fallback`
-
-/** One INSERT for a batch; the same `token` again stores nothing (see insert()). */
-export function insertEvents(client: ClickHouseClient, rows: readonly EventRow[], token?: string): Promise<void> {
-  return insert(client, 'events', rows, token)
-}
 
 /** The user's most recent events across all agents, newest first. */
 export function recentEvents(client: ClickHouseClient, userId: string, limit: number, sinceMs = 0): Promise<StoredEvent[]> {
