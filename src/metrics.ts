@@ -1,7 +1,7 @@
 import { createServer, type Server } from 'node:http'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { isFleet, type AgentRef, type BudgetAlert, type Transition } from './hot-state/types.ts'
-import type { JournalBacklog } from './journal/types.ts'
+import { backlogAgeSeconds, type JournalBacklog } from './journal/types.ts'
 
 /**
  * Prometheus metrics of one burnrate process. They describe the service, not any user's
@@ -49,10 +49,7 @@ export function createMetrics(sources: {
   const { journal } = sources
   gauge('burnrate_journal_backlog_rows', 'Rows in the journal not yet shipped to ClickHouse', () => journal.backlog().rows)
   gauge('burnrate_journal_backlog_bytes', 'Bytes in the journal not yet shipped to ClickHouse (embedded)', () => journal.backlog().bytes)
-  gauge('burnrate_journal_oldest_age_seconds', 'Age of the oldest row not yet shipped to ClickHouse (0 when none)', () => {
-    const { oldestAt } = journal.backlog()
-    return oldestAt === null ? 0 : Math.max(0, (Date.now() - oldestAt) / 1000)
-  })
+  gauge('burnrate_journal_oldest_age_seconds', 'Age of the oldest row not yet shipped to ClickHouse (0 when none)', () => backlogAgeSeconds(journal.backlog(), Date.now()))
   const { stats } = journal
   if (stats) {
     // A counter the journal keeps itself: each scrape adds what it counted since the last.

@@ -52,6 +52,11 @@ export interface JournalBacklog {
   oldestAt: number | null
 }
 
+/** How long the oldest row not yet shipped has waited, in seconds; 0 when there are none. */
+export function backlogAgeSeconds(backlog: JournalBacklog, nowMs: number): number {
+  return backlog.oldestAt === null ? 0 : Math.max(0, (nowMs - backlog.oldestAt) / 1000)
+}
+
 /** What /readyz, the metrics and the write path's bound see of a journal. */
 export interface JournalStatus {
   backlog(): JournalBacklog
