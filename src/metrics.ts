@@ -14,7 +14,7 @@ export interface Metrics {
   deadLetters: Counter
   /** Quantities of counted llm_calls that the price data has no price for, by name. */
   unpricedQuantities: Counter<'quantity'>
-  /** Agents flagged for calling the model after their pause and its grace (issue 13), once per pause. */
+  /** Agents flagged for calling the model after their pause and its grace, once per pause. */
   ignoredPauses: Counter
   holds: Counter<'result'>
   /** A batch of the journal is in ClickHouse. */

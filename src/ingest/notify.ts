@@ -12,7 +12,7 @@ export function announceBudgetPauses(transitions: readonly Transition[], log: { 
   }
 }
 
-/** Logs each alert level an event crossed and sends its chat message (issue 12). */
+/** Logs each alert level an event crossed and sends its chat message. */
 export function announceAlerts(alerts: readonly BudgetAlert[], log: { info(obj: object, msg: string): void }, notifier: PauseNotifier): void {
   for (const a of alerts) {
     log.info({ userId: a.userId, agentId: a.agentId, level: a.level, totalUsd: nanoToUsd(a.totalNano) }, isFleet(a) ? 'fleet reached an alert level of its budget' : 'agent reached an alert level of its budget')
@@ -20,13 +20,13 @@ export function announceAlerts(alerts: readonly BudgetAlert[], log: { info(obj: 
   }
 }
 
-/** Tells a team that its agent was paused by its budget (SPEC.md 6), or is getting close to it (issue 12). */
+/** Tells a team that its agent was paused by its budget, or is getting close to it. */
 export interface PauseNotifier {
   /** Returns at once: ingestion never waits on a chat service. */
   budgetPaused(t: Transition): void
   /** Returns at once, as budgetPaused does. */
   alert(a: BudgetAlert): void
-  /** An agent went on calling the model after its pause (issue 13): returns at once. */
+  /** An agent went on calling the model after its pause: returns at once. */
   ignoredPause(i: IgnoredPause): void
   drain(): Promise<void>
 }

@@ -5,8 +5,8 @@ import type { IgnoredRow } from '../storage/ignored.ts'
 import type { TransitionRow } from '../storage/transitions.ts'
 
 /**
- * The durable journal of the write path (issue 8, DECISIONS.md "Write path"): POST /events
- * is answered once its rows are in the journal; the shipper moves them to ClickHouse in
+ * The durable journal of the write path: POST /events is answered once its rows are in the
+ * journal, so ClickHouse is not on the request path; the shipper moves them to ClickHouse in
  * large idempotent batches. A row is bound for one table.
  */
 export type JournalRow =

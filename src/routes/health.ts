@@ -6,7 +6,7 @@ import { backlogAgeSeconds, type JournalBacklog, type JournalStatus } from '../j
 
 /**
  * For load balancers: no key. /healthz: the process answers. /readyz: it can take events.
- * With the journal (issue 8) ClickHouse is not needed for that: its state is reported, with
+ * With the journal ClickHouse is not needed for that: its state is reported, with
  * the backlog the journal holds for it, and only a hot state that does not answer or a full
  * journal makes the instance unready.
  */
