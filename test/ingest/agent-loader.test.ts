@@ -11,7 +11,7 @@ import { migrate } from '../../src/storage/migrations.ts'
 import { insert } from '../../src/storage/query.ts'
 import { eventRow } from '../helpers/rows.ts'
 
-// Issue 8, item 5: agents missing from Redis are loaded in batches, one batch of reads for
+// Agents missing from Redis are loaded in batches, one batch of reads for
 // all that are missing at that moment, on the real engine.
 const NOW = Date.UTC(2026, 5, 1, 12, 0, 0)
 let clickhouse: ClickHouseClient

@@ -15,7 +15,7 @@ import { insert } from '../../src/storage/query.ts'
 import { transitionRow } from '../../src/storage/transitions.ts'
 import { eventRow } from '../helpers/rows.ts'
 
-// Issue 8: the embedded hot state is rebuilt from ClickHouse plus the journal rows not yet
+// The embedded hot state is rebuilt from ClickHouse plus the journal rows not yet
 // shipped, each event counted once and each agent's config and pause state the newest by version.
 const NOW = Date.UTC(2026, 5, 1, 12, 0, 0)
 let clickhouse: ClickHouseClient
@@ -59,7 +59,7 @@ describe('rebuilding the in-process hot state', () => {
     await journal.close()
   })
 
-  it('sums every agent of a user into its fleet, with the fleet\'s config and pause state, and acts on a crossing stored before a crash (issue 12)', async () => {
+  it('sums every agent of a user into its fleet, with the fleet\'s config and pause state, and acts on a crossing stored before a crash', async () => {
     const journal = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-rebuild-j-')), fsync: false, maxRows: 1000 })
     const row = (agent_id: string, n: number, cost_nano: number) =>
       eventRow({ user_id: 'fleet-u', agent_id, event_id: `00000000-0000-4000-f000-00000000000${n}`, at: NOW - 60_000, cost_nano })
@@ -79,7 +79,7 @@ describe('rebuilding the in-process hot state', () => {
     await journal.close()
   })
 
-  it('keeps an ignoring-pause flag raised for the pause that still holds: a restart raises it no second time (issue 13)', async () => {
+  it('keeps an ignoring-pause flag raised for the pause that still holds: a restart raises it no second time', async () => {
     const journal = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-rebuild-j-')), fsync: false, maxRows: 1000 })
     const ref = { userId: 'deaf-u', agentId: 'deaf' }
     const pausedAt = NOW - 120_000
@@ -95,7 +95,7 @@ describe('rebuilding the in-process hot state', () => {
     await journal.close()
   })
 
-  it('takes the alert levels the totals are at as fired: a restart sends no alert again (issue 12)', async () => {
+  it('takes the alert levels the totals are at as fired: a restart sends no alert again', async () => {
     const journal = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-rebuild-j-')), fsync: false, maxRows: 1000 })
     const ref = { userId: 'alerts', agentId: 'a' }
     // 0.85 of a 1 USD budget with levels 0.5 and 0.9: 0.5 fired before the restart, 0.9 not yet.
