@@ -1,4 +1,4 @@
-# burnrate's image (issue 14). Node 24 runs the TypeScript sources directly (type stripping),
+# burnrate's image. Node 24 runs the TypeScript sources directly (type stripping),
 # so there is no build step: one stage installs the production dependencies, the other holds
 # them and the files the server reads at run time, nothing else.
 #

@@ -14,6 +14,6 @@ export default tseslint.config(
       '@typescript-eslint/consistent-type-imports': 'error',
     },
   },
-  // The dashboard's modules run in the browser, as they are (issue 14).
+  // The dashboard's modules run in the browser, as they are.
   { files: ['public/**/*.js'], languageOptions: { globals: globals.browser } },
 )

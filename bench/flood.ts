@@ -1,5 +1,5 @@
 /**
- * A flood of made-up API keys (issue 9): POST /events with a new well-formed key nobody has
+ * A flood of made-up API keys: POST /events with a new well-formed key nobody has
  * on every request, from `--connections` connections for `--duration` seconds, as an attacker
  * or a misconfigured fleet would send. Prints one JSON line: requests per second and the
  * status codes it got. Run by bench/run.ts beside a fixed-rate load of a real key.

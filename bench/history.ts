@@ -1,5 +1,5 @@
 /**
- * The scale scenarios of issue 11: what a large history costs one embedded burnrate.
+ * The scale scenarios: what a large history costs one embedded burnrate.
  *
  *   1. An empty store: start-up, then ingest at a fixed rate and reads, as the baseline.
  *   2. A store seeded with `events` llm_calls of the last 24 h over `agents` agents

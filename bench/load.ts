@@ -18,7 +18,7 @@
  * takes in a fleet it does not know yet). With --rate, a fixed offered rate of that many
  * requests per second over at most `connections` connections (bench/fixed-rate.ts:
  * autocannon's overallRate sends in bursts). Prints one JSON summary (LoadSummary) on stdout.
- * With --holds, POST <url>/holds instead (issue 13): a budget hold for the same call
+ * With --holds, POST <url>/holds instead: a budget hold for the same call
  * (holdBody), for the same agents in the same order.
  */
 import { randomUUID } from 'node:crypto'
@@ -35,7 +35,7 @@ export const DEFAULT_AGENT_PREFIX = 'bench-agent-'
  */
 export function benchBody(agentId: string, usageObject = false): string {
   const counts = usageObject
-    ? // The same call as an OpenAI SDK reports it (issue 10): priced by the price library.
+    ? // The same call as an OpenAI SDK reports it: priced by the price library.
       { provider: 'openai', api_flavor: 'chat', usage: { prompt_tokens: 1000, completion_tokens: 500, total_tokens: 1500, prompt_tokens_details: { cached_tokens: 0 } } }
     : { input_tokens: 1000, output_tokens: 500 }
   return JSON.stringify({ agent_id: agentId, event_type: 'llm_call', event_id: randomUUID(), model: 'gpt-4o', ...counts })

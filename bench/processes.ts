@@ -212,7 +212,7 @@ export interface Phase {
   usageObjects?: boolean
   /** Agents the load is spread over, when not the run's (`--agents`). */
   agents?: number
-  /** POST /holds for each call instead of POST /events (issue 13). */
+  /** POST /holds for each call instead of POST /events. */
   holds?: boolean
 }
 

@@ -3,11 +3,11 @@
  * fresh DATA_DIR against a Redis deployment of the run's own, AOF on with appendfsync
  * everysec (the production shape; the project's test helpers start it), in two shapes:
  *
- * - REDIS_URL, one redis-server (issue 11, scenario 2): cold (every agent loaded from
+ * - REDIS_URL, one redis-server: cold (every agent loaded from
  *   ClickHouse), warm saturation, 50 % of it; then what Redis holds per agent and per
- *   remembered event id; last, POST /holds at saturation for the same agents (issue 13),
+ *   remembered event id; last, POST /holds at saturation for the same agents,
  *   after the memory is measured so their keys do not count in it.
- * - REDIS_CLUSTER_NODES, three masters with a replica each (issue 15): cold, warm
+ * - REDIS_CLUSTER_NODES, three masters with a replica each: cold, warm
  *   saturation, and warm saturation again with REDIS_WAIT_REPLICAS=1 (every durable write
  *   waits for a replica to hold it).
  *
@@ -150,7 +150,7 @@ export async function redisMode(dir: string, opts: LoadOptions & { warmup: numbe
 }
 
 /**
- * REDIS_CLUSTER_NODES on a Redis Cluster of the run's own (issue 15). The replica wait is a
+ * REDIS_CLUSTER_NODES on a Redis Cluster of the run's own. The replica wait is a
  * setting of the process, so its phase is a second burnrate, started once the first has
  * stopped, on the same DATA_DIR and cluster: the same agents, warm in Redis and in
  * ClickHouse as they were for the first warm phase, the same key, and one store for the

@@ -52,7 +52,7 @@ const PASSED_ENV = ['JOURNAL_FSYNC', 'JOURNAL_MAX_ROWS', 'JOURNAL_LEASE_MS', 'SH
 
 
 interface Options {
-  /** The full sizes (issue 11): 10 M events of history, 20 s phases. */
+  /** The full sizes: 10 M events of history, 20 s phases. */
   full: boolean
   connections: number
   duration: number
@@ -176,12 +176,12 @@ async function main(): Promise<number> {
     const pid = burnrate.child.pid
     const bWarm = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
     const writes = writePath(before, await scrape(burnrate.metrics), bWarm.durationS)
-    // The same saturation with every call reported as the OpenAI SDK's usage object (issue 10).
+    // The same saturation with every call reported as the OpenAI SDK's usage object.
     // Then the token fields once more: the share is taken against the mean of the phases
     // before and after it, so a drift of the machine or of the server over the run (the
     // journal and ClickHouse growing, a neighbour's load) counts against neither.
     const bUsage = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', usageObjects: true }))
-    // The same saturation under every budget rule at once (issues 12 and 13), none of which
+    // The same saturation under every budget rule at once, none of which
     // acts in the phase: a user of its own whose fleet has a budget, five alert levels and a
     // velocity limit over the widest window, on agents with the same each. Every event
     // evaluates ten levels and two budgets and reads up to 120 minute buckets for the two
@@ -194,7 +194,7 @@ async function main(): Promise<number> {
     await configureAgents(burnrate.url, policyKey, alertPrefix, opts.agents, { cost_threshold_usd: 100_000, ...policy })
     const bAlertsCold = await load(burnrate.url, policyKey, opts, { agentPrefix: alertPrefix, warmup: 0, load: 'once-per-agent' })
     const bAlerts = await withCpu(pid, load(burnrate.url, policyKey, opts, { agentPrefix: alertPrefix, warmup: 0, load: 'saturation' }))
-    // A budget hold before each call instead of its event (issue 13), for the same agents,
+    // A budget hold before each call instead of its event, for the same agents,
     // with a TTL that outlasts the run: every hold granted stays open, and the fleet then
     // holds exactly the worst case of each (checked below).
     const heldBefore = (await getJson<{ held_usd: number }>(burnrate.url, apiKey, '/fleet')).held_usd
@@ -204,7 +204,7 @@ async function main(): Promise<number> {
     // Every request for one agent: its state is the one everybody touches.
     const bHot = await load(burnrate.url, apiKey, opts, { agentPrefix: `hot-${agentPrefix}`, warmup: 0, load: 'saturation', agents: 1 })
     const bHalf = await load(burnrate.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: { rate: halfOf(bWarm) } })
-    // The same half load while a flood of made-up keys arrives beside it (issue 9): the
+    // The same half load while a flood of made-up keys arrives beside it: the
     // fleet's latency must stay within 2x of the phase before.
     const [bFlood, flooded] = await Promise.all([
       load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: { rate: halfOf(bWarm) } }),
@@ -268,17 +268,17 @@ async function main(): Promise<number> {
     )
     const flatMean = (bWarm.requestsPerSec + bFlatAgain.requestsPerSec) / 2
     const cpuFlat = bWarm.cpuUsPerRequest != null && bFlatAgain.cpuUsPerRequest != null ? (bWarm.cpuUsPerRequest + bFlatAgain.cpuUsPerRequest) / 2 : null
-    for (const [what, b, issue] of [['usage objects', bUsage, 10], ['every budget rule (alerts, fleet, velocity)', bAlerts, '12 and 13']] as const) {
+    for (const [what, b] of [['usage objects', bUsage], ['every budget rule (alerts, fleet, velocity)', bAlerts]] as const) {
       console.log(
         `${what}: ${ratio(b.requestsPerSec, flatMean)} of the token fields' throughput in this run` +
-          ` (the mean of the phases before and after it; issue ${issue}'s target ≥ 0.90)` +
+          ` (the mean of the phases before and after it; target ≥ 0.90)` +
           (cpuFlat !== null && b.cpuUsPerRequest != null
             ? `; burnrate's CPU per request ${fmt(b.cpuUsPerRequest, 0)} µs against ${fmt(cpuFlat, 0)} µs: ${ratio(cpuFlat, b.cpuUsPerRequest)} of the token fields' requests per CPU second`
             : ''),
       )
     }
     console.log(
-      `POST /holds: ${ratio(bHolds.requestsPerSec, flatMean)} of POST /events' throughput in this run (issue 13's target ≥ 0.80)` +
+      `POST /holds: ${ratio(bHolds.requestsPerSec, flatMean)} of POST /events' throughput in this run (target ≥ 0.80)` +
         (cpuFlat !== null && bHolds.cpuUsPerRequest != null ? `; burnrate's CPU per request ${fmt(bHolds.cpuUsPerRequest, 0)} µs against ${fmt(cpuFlat, 0)} µs` : ''),
     )
     const codes = Object.entries(flooded.statusCodes).map(([code, n]) => `${fmt(n)} × ${code}`).join(', ')
@@ -314,7 +314,7 @@ async function main(): Promise<number> {
 
     // 5. The Redis hot state (bench/redis-mode.ts), unless the phases above ran on
     //    BENCH_REDIS_URL already: on a redis-server of the run's own with AOF, then on a
-    //    Redis Cluster of its own (issue 15), compared with each other in the same run.
+    //    Redis Cluster of its own, compared with each other in the same run.
     let redisRun: RedisModeResult | null = null
     let clusterRun: ClusterModeResult | null = null
     if (!process.env.BENCH_REDIS_URL) {
@@ -352,7 +352,7 @@ async function main(): Promise<number> {
           storeRow('POST /holds, saturation', r.holds, true),
         ]),
       )
-      console.log(`REDIS_URL POST /holds: ${ratio(r.holds.requestsPerSec, r.warm.requestsPerSec)} of POST /events' warm throughput (issue 13's target ≥ 0.80)`)
+      console.log(`REDIS_URL POST /holds: ${ratio(r.holds.requestsPerSec, r.warm.requestsPerSec)} of POST /events' warm throughput (target ≥ 0.80)`)
       console.log(
         `Redis: ${fmt(r.memory.bytesPerAgent)} bytes per agent (${fmt(r.memory.agents)} agents), ${fmt(r.memory.bytesPerId, 1)} bytes per remembered event id (${fmt(r.memory.ids)} ids)`,
       )

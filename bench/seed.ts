@@ -1,5 +1,5 @@
 /**
- * Seeds a history for the scale scenarios (issue 11): `events` llm_calls of the last 24 h
+ * Seeds a history for the scale scenarios (bench/history.ts): `events` llm_calls of the last 24 h
  * spread evenly over `agents` agents of one user, written by INSERT … SELECT in ClickHouse
  * itself (the hourly view fills as it does for the shipper's INSERTs), never through the
  * HTTP API. Embedded (a DATA_DIR burnrate is not running on: one process may open it) or a

@@ -1,5 +1,5 @@
 /**
- * The write path of issue 11, scenario 6: burnrate with its ClickHouse as a server of its own
+ * The write path through an outage: burnrate with its ClickHouse as a server of its own
  * (the project's chDB-over-HTTP helper, test/helpers/clickhouse-server.ts, so that it can
  * fail and come back) and the in-process hot state with its journal.
  *

@@ -1,5 +1,5 @@
 // DOM helpers. Every value from the API reaches the page as a text node or an attribute
-// value, never as markup: agent ids are arbitrary strings (issue 14). No innerHTML anywhere,
+// value, never as markup: agent ids are arbitrary strings. No innerHTML anywhere,
 // and no style attribute (the CSP forbids inline styles; sizes go through the CSSOM).
 
 /**

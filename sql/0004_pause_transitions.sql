@@ -10,7 +10,8 @@ CREATE TABLE IF NOT EXISTS pause_transitions
     is_paused  Bool,
     -- budget | manual | auto_resume | override_cleared | threshold_changed
     reason     LowCardinality(String),
-    -- true while a manual resume suppresses auto-pause (DECISIONS.md "Manual override")
+    -- true while a manual resume of an agent over budget suppresses auto-pause, until its
+    -- total falls to the threshold or the threshold changes
     override   Bool,
     total_nano Int64
 )

@@ -1,4 +1,4 @@
--- Rows ClickHouse refused for their content (issue 9): the shipper moves such a row here,
+-- Rows ClickHouse refused for their content: the shipper moves such a row here,
 -- with the error, instead of retrying it forever or holding back the rows behind it. Kept as
 -- the journal had it (its JSON text), for an operator to look at and, once fixed, insert.
 CREATE TABLE IF NOT EXISTS dead_letters

@@ -1,7 +1,7 @@
 -- GET /agents/events: a user's newest events across all of their agents. The table's order,
 -- (user_id, agent_id, timestamp, …), keeps each agent's events together, so the newest of a
 -- user were found by reading every row of the user's lookback window: with 10,000 agents
--- and 10 M events a day, 57-100 ms for the last hour (issue 11). A projection in
+-- and 10 M events a day, 57-100 ms for the last hour. A projection in
 -- (user_id, timestamp) order lets ClickHouse read the newest rows backwards and stop at the
 -- limit: 20 ms. It holds every column (the read shows them all): about as much disk again as
 -- the table itself (245 MiB beside 215 MiB for those 10 M events). A projection of the sort

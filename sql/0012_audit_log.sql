@@ -1,4 +1,4 @@
--- The audit log (issue 12): who paused or resumed what and why, every config change with its
+-- The audit log: who paused or resumed what and why, every config change with its
 -- old and new values, every key created or revoked. Records are appended, never updated or
 -- deleted by the service (no TTL, no mutation).
 --

@@ -1,4 +1,4 @@
--- Alerts before the pause (issue 12): each agent's levels, fractions of its threshold, and a
+-- Alerts before the pause: each agent's levels, fractions of its threshold, and a
 -- record of every level an event crossed. The default level, 0.8, is every agent's that
 -- has no config or a config written before this migration.
 ALTER TABLE agent_configs ADD COLUMN IF NOT EXISTS alert_at Array(Float64) DEFAULT [0.8];

@@ -1,4 +1,4 @@
--- Agents that ignore their pause (issue 13): the record of an agent whose llm_call events
+-- Agents that ignore their pause: the record of an agent whose llm_call events
 -- kept arriving after its pause and its grace period, written once per pause when the flag
 -- is raised, with the calls and their cost up to then.
 CREATE TABLE IF NOT EXISTS ignored_pauses

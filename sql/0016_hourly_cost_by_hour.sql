@@ -1,4 +1,4 @@
--- Grafana's cost panels (issue 14) read a user's hourly_cost over a time range. The table's
+-- Grafana's cost panels read a user's hourly_cost over a time range. The table's
 -- order, (user_id, agent_id, hour, model), cannot narrow by hour across agents, so each read
 -- took the user's whole history: with 10 M events a day and 30 days kept, 7.44 M rows in
 -- 34-167 ms, growing with every day (the table keeps everything). A projection in

@@ -96,11 +96,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   })
   const { onRoute } = deps
   if (onRoute) app.addHook('onRoute', (route) => onRoute(route))
-  // Only JSON bodies (SPEC.md 5); Fastify would otherwise parse text/plain as a string.
+  // Only JSON bodies; Fastify would otherwise parse text/plain as a string.
   app.removeContentTypeParser('text/plain')
   // JSON as Fastify parses it (secure-json-parse, poisoning refused), from bytes that must be
   // UTF-8: decoding them as a string would turn invalid bytes into U+FFFD, and what is stored
-  // must be what was sent (issue 9). Then the edge check of every string and of the depth.
+  // must be what was sent. Then the edge check of every string and of the depth.
   const parseJson = app.getDefaultJsonParser('error', 'error')
   app.removeContentTypeParser('application/json')
   app.addContentTypeParser('application/json', { parseAs: 'buffer' }, (request, body, done) => {
@@ -134,7 +134,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     if (closing) reply.header('connection', 'close')
   })
 
-  // An address that keeps presenting keys that fail is refused before any look-up (issue 9);
+  // An address that keeps presenting keys that fail is refused before any look-up;
   // a key already verified still passes from it (the same address may be a whole office).
   const failures = new AuthFailures(deps.config.authFailuresPerMinute, deps.clock ?? systemClock)
   app.addHook('onRequest', async (request) => {

@@ -19,7 +19,7 @@ const envSchema = z.object({
   CLICKHOUSE_PASSWORD: z.string().optional(),
   CLICKHOUSE_DATABASE: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/).default('default'),
   REDIS_URL: z.url({ protocol: /^rediss?$/, error: 'must be a redis:// or rediss:// URL' }).optional(),
-  // Issue 15: a Redis Cluster, by its seed nodes (host:port, or redis[s]://[user:password@]host:port).
+  // A Redis Cluster, by its seed nodes (host:port, or redis[s]://[user:password@]host:port).
   REDIS_CLUSTER_NODES: z
     .string()
     .transform((s, ctx) => {
@@ -57,10 +57,10 @@ const envSchema = z.object({
   PAUSE_GRACE_MS: z.coerce.number().int().min(0).default(60_000),
   TRUST_PROXY: bool.default(false),
   METRICS_PORT: port.optional(),
-  // Issue 15: replicas that must hold a write before it is answered (WAIT), and how long to wait.
+  // Replicas that must hold a write before it is answered (WAIT), and how long to wait.
   REDIS_WAIT_REPLICAS: z.coerce.number().int().min(0).max(16).default(0),
   REDIS_WAIT_TIMEOUT_MS: positiveInt.default(1000),
-  // Issue 15: the partitions users are spread over (each a hash tag: a cluster slot); fixed per deployment.
+  // The partitions users are spread over (each a hash tag: a cluster slot); fixed per deployment.
   REDIS_PARTITIONS: z.coerce.number().int().min(1).max(16384).default(DEFAULT_PARTITIONS),
 }).superRefine((e, ctx) => {
   if (e.REDIS_URL && e.REDIS_CLUSTER_NODES) ctx.addIssue({ code: 'custom', path: ['REDIS_CLUSTER_NODES'], message: 'set REDIS_URL (one Redis) or REDIS_CLUSTER_NODES (a cluster), not both' })
@@ -119,7 +119,7 @@ export interface Config {
   readonly rateLimits: { readonly events: number; readonly reads: number; readonly config: number }
   readonly webhook: { readonly allowPrivate: boolean; readonly timeoutMs: number }
   /**
-   * The journal (issue 8): fdatasync per group write (embedded), the backlog bound in rows,
+   * The journal: fdatasync per group write (embedded), the backlog bound in rows,
    * and (REDIS_URL) how long an instance that stops renewing keeps its journal before
    * another instance takes it over and ships it.
    */
@@ -127,7 +127,7 @@ export interface Config {
   /** The shipper: a batch at most this often under load, and at most this many rows. */
   readonly ship: { readonly intervalMs: number; readonly maxRows: number }
   readonly keyCacheTtlMs: number
-  /** How long after a pause an agent's llm_calls may still arrive (in flight) before it counts as ignoring it (issue 13). */
+  /** How long after a pause an agent's llm_calls may still arrive (in flight) before it counts as ignoring it. */
   readonly pauseGraceMs: number
   /** Failed authentications a client address may make per minute before 429 (per instance). */
   readonly authFailuresPerMinute: number

@@ -70,7 +70,7 @@ export type Store = 'ClickHouse' | 'Redis'
  * A store that does not answer (unreachable, timing out, overloaded, read-only during a
  * failover): the request may succeed later, so it is answered 503 with Retry-After, naming
  * the store. A store that answers with an error about the request itself (a query or
- * script defect) is not this: that error passes through and is answered 500 (issue 8).
+ * script defect) is not this: that error passes through and is answered 500.
  */
 export class StoreUnavailableError extends Error {
   readonly store: Store

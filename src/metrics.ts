@@ -2,7 +2,7 @@ import { createServer, type Server } from 'node:http'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { PAUSE_REASONS } from './hot-state/meters.ts'
 import { isFleet, type AgentRef, type BudgetAlert, type PauseReason, type Transition } from './hot-state/types.ts'
-import type { JournalBacklog } from './journal/types.ts'
+import { backlogAgeSeconds, type JournalBacklog } from './journal/types.ts'
 
 /**
  * Prometheus metrics of one burnrate process. They describe the service, not any user's
@@ -15,7 +15,7 @@ export interface Metrics {
   deadLetters: Counter
   /** Quantities of counted llm_calls that the price data has no price for, by name. */
   unpricedQuantities: Counter<'quantity'>
-  /** Agents flagged for calling the model after their pause and its grace (issue 13), once per pause. */
+  /** Agents flagged for calling the model after their pause and its grace, once per pause. */
   ignoredPauses: Counter
   holds: Counter<'result'>
   /** A batch of the journal is in ClickHouse. */
@@ -48,10 +48,7 @@ export function createMetrics(sources: {
   const { journal } = sources
   gauge('burnrate_journal_backlog_rows', 'Rows in the journal not yet shipped to ClickHouse', () => journal.backlog().rows)
   gauge('burnrate_journal_backlog_bytes', 'Bytes in the journal not yet shipped to ClickHouse (embedded)', () => journal.backlog().bytes)
-  gauge('burnrate_journal_oldest_age_seconds', 'Age of the oldest row not yet shipped to ClickHouse (0 when none)', () => {
-    const { oldestAt } = journal.backlog()
-    return oldestAt === null ? 0 : Math.max(0, (Date.now() - oldestAt) / 1000)
-  })
+  gauge('burnrate_journal_oldest_age_seconds', 'Age of the oldest row not yet shipped to ClickHouse (0 when none)', () => backlogAgeSeconds(journal.backlog(), Date.now()))
   const { stats } = journal
   if (stats) {
     // A counter the journal keeps itself: each scrape adds what it counted since the last.

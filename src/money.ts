@@ -1,5 +1,5 @@
 /**
- * Money is accounted in integer nano-USD end to end (DECISIONS.md "Money"), so a 24 h
+ * Money is accounted in integer nano-USD end to end, so a 24 h
  * total is the exact sum of the per-event costs it covers. JSON shows USD numbers.
  * A JS number holds nano-USD exactly up to 2^53 (about 9 million USD), far above any
  * per-agent daily total; larger sums are refused by the callers that could produce them.

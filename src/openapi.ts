@@ -23,7 +23,7 @@ import {
 } from './schemas/responses.ts'
 
 /**
- * The OpenAPI 3.1 document of the API (issue 14), built from the zod schemas the routes
+ * The OpenAPI 3.1 document of the API, built from the zod schemas the routes
  * validate requests with (src/schemas/*) and the ones their answers are checked against in
  * test/openapi.test.ts (schemas/responses.ts): one source of truth, converted by zod's own
  * toJSONSchema. test/openapi.test.ts also checks that every route Fastify serves is here.
@@ -76,7 +76,7 @@ export const ROUTES: readonly RouteDoc[] = [
   {
     method: 'post',
     path: '/holds',
-    summary: "Hold a coming call's worst case against the agent's and its fleet's budget (issue 13)",
+    summary: "Hold a coming call's worst case against the agent's and its fleet's budget",
     tag: 'holds',
     auth: true,
     body: holdBody,

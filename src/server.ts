@@ -70,7 +70,7 @@ export async function openServices(
   const applied = await migrate(clickhouse)
   if (applied.length > 0) log.info({ applied }, 'applied migrations')
 
-  // Two homes for the hot state and its journal (issue 8): in process with a segment log
+  // Two homes for the hot state and its journal: in process with a segment log
   // under DATA_DIR, or Redis with its streams, shared by every instance.
   const redis = config.redis ? createRedis(config.redis, log) : null
   const segmentLog = redis

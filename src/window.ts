@@ -1,5 +1,5 @@
 /**
- * The rolling 24 h window, kept in 1-minute buckets (DECISIONS.md "Window"): an event
+ * The rolling 24 h window, kept in 1-minute buckets (its edge exact to the minute): an event
  * counts while it is in the current minute or one of the 1439 minutes before it. The hot
  * state and every ClickHouse read use these same edges, so their totals agree.
  */

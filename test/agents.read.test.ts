@@ -12,7 +12,7 @@ beforeAll(async () => {
 })
 afterAll(() => h.close())
 
-describe('GET /agents (SPEC 4.4)', () => {
+describe('GET /agents', () => {
   it('lists agents active in the last 24 h, highest cost first, with threshold only when set', async () => {
     const key = await h.key(unique('u'))
     await h.post('/config', { agent_id: 'cheap', cost_threshold_usd: 3 }, key)
@@ -42,7 +42,7 @@ describe('GET /agents (SPEC 4.4)', () => {
   })
 })
 
-describe('GET /agents/events (SPEC 4.5)', () => {
+describe('GET /agents/events', () => {
   it('returns the most recent events across agents, newest first, 50 by default', async () => {
     const key = await h.key(unique('u'))
     for (let i = 0; i < 55; i++) {
@@ -61,7 +61,7 @@ describe('GET /agents/events (SPEC 4.5)', () => {
   })
 })
 
-describe('GET /agents/{agent_id} (SPEC 4.6)', () => {
+describe('GET /agents/{agent_id}', () => {
   it('gives totals, cost by model, events of the last 24 h and the config', async () => {
     const key = await h.key(unique('u'))
     await h.post('/config', { agent_id: 'a', cost_threshold_usd: 50, auto_resume: true }, key)
@@ -127,7 +127,7 @@ describe('GET /agents/{agent_id} (SPEC 4.6)', () => {
   })
 })
 
-describe('GET /agents/{agent_id}/hourly (SPEC 4.7)', () => {
+describe('GET /agents/{agent_id}/hourly', () => {
   it('returns exactly N UTC buckets, oldest first, the last the current hour, zero hours included', async () => {
     const key = await h.key(unique('u'))
     clock.set(Date.UTC(2026, 10, 25, 9, 15, 0))

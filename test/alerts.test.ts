@@ -4,7 +4,7 @@ import { ManualClock } from '../src/clock.ts'
 import { LLM_CALL_USD, llmCall, harnessAndReceiver, unique } from './helpers/harness.ts'
 
 /**
- * Issue 12.1: alerts before the pause, through the API: configured levels, the answer's
+ * Alerts before the pause, through the API: configured levels, the answer's
  * `alerts`, one chat message per crossing in its own wording, the listing's levels reached,
  * an audit record, and a restart that does not fire again. The rule itself runs against both
  * hot states in the contract suite; across two instances in test/multi-instance.test.ts.
@@ -13,7 +13,7 @@ const clock = new ManualClock(Date.UTC(2026, 10, 20, 12, 0, 0))
 // The property below sends a few hundred configs.
 const t = harnessAndReceiver({ clock, env: { CONFIG_RATE_LIMIT: '100000' } })
 
-describe('alert levels (issue 12)', () => {
+describe('alert levels', () => {
   it('answers the level an event crosses, sends one message in its own words, and lists the levels reached', async () => {
     const key = await t.h.key(unique('u'))
     const agent = unique('agent')

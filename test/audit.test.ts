@@ -3,7 +3,7 @@ import { ManualClock } from '../src/clock.ts'
 import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 
 /**
- * Issue 12.4: the audit log, through the API. Its records are derived by materialized
+ * The audit log, through the API. Its records are derived by materialized
  * views from the rows the service writes (sql/0012); the journaled rows themselves (actor,
  * the replaced config) are checked for both hot states in the contract suite.
  */
@@ -33,7 +33,7 @@ async function audit(key: string, query = ''): Promise<{ records: Record[]; next
   return res.json()
 }
 
-describe('GET /audit (issue 12)', () => {
+describe('GET /audit', () => {
   it('records every config change with its old and new values, every pause and resume with who and why, newest first', async () => {
     const user = unique('u')
     const key = await h.key(user)

@@ -3,7 +3,7 @@ import { ManualClock } from '../src/clock.ts'
 import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 
 /**
- * Issue 12.3: what is left of a budget, and when it runs out at the last hour's rate,
+ * What is left of a budget, and when it runs out at the last hour's rate,
  * through the API (the projection's rule is tested in test/hot-state/projection.test.ts and
  * against both hot states in the contract suite).
  */
@@ -16,7 +16,7 @@ beforeAll(async () => {
 })
 afterAll(() => h.close())
 
-describe('remaining_usd and projected_exhaustion_at (issue 12)', () => {
+describe('remaining_usd and projected_exhaustion_at', () => {
   it('answer every POST /events and GET /agents/{id}, and GET /agents lists what is left', async () => {
     const key = await h.key(unique('u'))
     await h.post('/config', { agent_id: 'a', cost_threshold_usd: 0.03 }, key)

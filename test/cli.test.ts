@@ -156,7 +156,7 @@ describe('burnrate serve refuses a bad start', () => {
   }, 60_000)
 })
 
-// Issue 14: a CLI people can guess. Exit status: 0 done (help, --version), 1 the command
+// A CLI people can guess. Exit status: 0 done (help, --version), 1 the command
 // failed, 2 the command line is wrong (a one-line reason, then the usage, on stderr).
 
 const VERSION = (JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version: string }).version

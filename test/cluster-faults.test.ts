@@ -9,7 +9,7 @@ import { waitFor } from './helpers/process.ts'
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.ts'
 
 /**
- * Issue 15: a slot migrating to another master under load, and a master killed -9 under load
+ * A slot migrating to another master under load, and a master killed -9 under load
  * and its replica promoted. Clients retry what was
  * refused (503) with the same event_id, as the client libraries do. With REDIS_WAIT_REPLICAS=1
  * nothing acknowledged is lost and nothing is stored twice; without it, what a failover
@@ -104,7 +104,7 @@ async function failover(wait: boolean): Promise<{ acked: number; lost: number; t
   return { acked: acked.length, lost, twice }
 }
 
-describe('a master killed -9 under load (issue 15)', () => {
+describe('a master killed -9 under load', () => {
   it('with REDIS_WAIT_REPLICAS=1, loses nothing acknowledged and stores nothing twice', async () => {
     const r = await failover(true)
     expect(r).toEqual({ acked: 400, lost: 0, twice: 0 })
@@ -139,7 +139,7 @@ async function migrateSlot(cluster: RedisCluster, slot: number, onKeysMoved: () 
   return toPort
 }
 
-describe('a slot migrating to another master under load (issue 15)', () => {
+describe('a slot migrating to another master under load', () => {
   it('counts every event once, exactly, while the keys of the user\'s partition move', async () => {
     const cluster = await startRedisCluster()
     running.push(cluster)

@@ -7,7 +7,7 @@ import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.ts
 import type { Receiver } from './helpers/receiver.ts'
 
 /**
- * Issue 15: two burnrate instances on a real Redis Cluster (three masters with a replica
+ * Two burnrate instances on a real Redis Cluster (three masters with a replica
  * each, AOF on) and one ClickHouse, as behind a load balancer: exact totals, one pause per
  * crossing, holds and the fleet across the masters. The contract suites of the hot state and
  * the journal run on the same kind of cluster (test/hot-state, test/journal).
@@ -98,7 +98,7 @@ describe('two instances, one Redis Cluster', () => {
   })
 })
 
-describe('REDIS_WAIT_REPLICAS (issue 15)', () => {
+describe('REDIS_WAIT_REPLICAS', () => {
   /** The agent's state hash as the replica of its slot's master holds it (READONLY). */
   async function onReplica(userId: string, agentId: string): Promise<Record<string, string>> {
     const key = `br:${partitionTag(partitionOf(userId, 16))}:hs:${agentKeyId(userId, agentId)}:s`

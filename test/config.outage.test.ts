@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 
-// Issue 8, embedded: an operator's POST /config and /config/pause go through the journal
+// Embedded: an operator's POST /config and /config/pause go through the journal
 // like events, so they work while ClickHouse refuses to store, and reach it afterwards.
 let h: Harness
 beforeAll(async () => {

@@ -9,7 +9,7 @@ import { DASHBOARD_CSP } from '../src/routes/dashboard.ts'
 import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 
 /**
- * Issue 14: the built-in dashboard, in a real browser (Debian's chromium, driven by
+ * The built-in dashboard, in a real browser (Debian's chromium, driven by
  * playwright-core) against a real burnrate listening on a port, seeded through its API.
  */
 const CHROMIUM = '/usr/bin/chromium'
@@ -104,7 +104,7 @@ const eventuallyText = (l: Locator) => expect.poll(() => textOf(l), WAIT)
 const visible = (l: Locator) => l.waitFor({ state: 'visible', ...WAIT })
 const row = (page: Page, agentId: string) => page.locator('tbody tr').filter({ has: page.getByRole('rowheader', { name: agentId, exact: true }) })
 
-describe.skipIf(SKIP)(SKIP ? SKIPPED : 'the dashboard in a real browser (issue 14)', () => {
+describe.skipIf(SKIP)(SKIP ? SKIPPED : 'the dashboard in a real browser', () => {
   beforeAll(async () => {
     h = await startHarness({ env: { PAUSE_GRACE_MS: '0' } })
     await h.app.listen({ port: 0, host: '127.0.0.1' })

@@ -1,4 +1,4 @@
-// Issue 14: docker-compose.yml starts. No Docker engine runs here, so the file is read for what
+// docker-compose.yml starts. No Docker engine runs here, so the file is read for what
 // makes `docker compose up` fail or lose data: a mounted file that is not there, an image that
 // changes under the same tag, a service started before the one it needs answers, a Redis that
 // forgets the journal, a replica count that cannot grow, a Grafana user that can write.
@@ -117,7 +117,7 @@ describe('docker-compose.yml', () => {
     }
   })
 
-  it('runs Redis with AOF (the journal of acknowledged events, issue 8), noeviction, on a named volume', () => {
+  it('runs Redis with AOF (the journal of acknowledged events), noeviction, on a named volume', () => {
     const redis = service('redis')
     const args = commandWords(redis)
     const flag = (name: string) => args[args.indexOf(name) + 1]

@@ -1,4 +1,4 @@
-// Issue 14: the image has what the server needs at run time, and nothing it does not. No Docker
+// The image has what the server needs at run time, and nothing it does not. No Docker
 // engine runs here, so the test builds the image's file list itself: the Dockerfile's COPY
 // instructions expanded against the repository with .dockerignore's rules applied, compared with
 // what the server loads: every module reachable from the ENTRYPOINT, every file it reads next to

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { llmCall, startHarness, unique, withEventsTableGone, type Harness } from './helpers/harness.ts'
 
-// Issue 8: the journal holds ClickHouse's backlog up to a configured bound (JOURNAL_MAX_ROWS).
+// The journal holds ClickHouse's backlog up to a configured bound (JOURNAL_MAX_ROWS).
 let small: Harness
 beforeAll(async () => {
   small = await startHarness({ env: { JOURNAL_MAX_ROWS: '3', SHIP_INTERVAL_MS: '20' } })

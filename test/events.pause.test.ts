@@ -31,7 +31,7 @@ async function agentWithBudget(threshold: number, extra: Record<string, unknown>
   return { key, agent, send, pause, listed, messages }
 }
 
-describe('auto-pause on crossing the budget (SPEC 3, first row)', () => {
+describe('auto-pause on crossing the budget', () => {
   it('pauses on the event that takes the total strictly above the threshold', async () => {
     const a = await agentWithBudget(2 * LLM_CALL_USD) // 0.015
     expect(await a.send()).toMatchObject({ paused: false, total_cost_24h: 0.0075 })
@@ -55,7 +55,7 @@ describe('auto-pause on crossing the budget (SPEC 3, first row)', () => {
     const over = await h.post('/events', { agent_id: 'a', event_type: 'llm_call', model: 'gpt-4o', input_tokens: 1 }, key)
     expect(over.json().paused).toBe(true)
     const listed = (await h.get('/agents', key)).json().agents[0]
-    expect(listed.cost_threshold_usd).toBeUndefined() // present only if set (SPEC 2.1)
+    expect(listed.cost_threshold_usd).toBeUndefined() // present only if set
   })
 
   it('sends exactly one chat message per budget pause, naming the agent, total and threshold', async () => {
@@ -74,7 +74,7 @@ describe('auto-pause on crossing the budget (SPEC 3, first row)', () => {
   })
 })
 
-describe('manual pause and resume (SPEC 3, rows 2-4)', () => {
+describe('manual pause and resume', () => {
   it('pauses a running agent under budget, echoing agent_id and is_paused, without a chat message', async () => {
     const a = await agentWithBudget(100)
     await a.send()
@@ -134,7 +134,7 @@ describe('manual pause and resume (SPEC 3, rows 2-4)', () => {
   })
 })
 
-describe('auto-resume (DECISIONS: off by default)', () => {
+describe('auto-resume (off by default)', () => {
   it('stays paused after the window empties when auto_resume is off', async () => {
     const a = await agentWithBudget(LLM_CALL_USD / 2)
     expect((await a.send()).paused).toBe(true)
@@ -154,7 +154,7 @@ describe('auto-resume (DECISIONS: off by default)', () => {
   })
 })
 
-describe('POST /config (SPEC 4.2)', () => {
+describe('POST /config', () => {
   it('upserts one config per agent and keeps is_paused as it is', async () => {
     const a = await agentWithBudget(LLM_CALL_USD / 2)
     expect((await a.send()).paused).toBe(true)

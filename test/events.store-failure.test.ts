@@ -3,7 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { eventually, LLM_CALL_USD, llmCall, startHarness, unique, withEventsTableGone, type Harness } from './helpers/harness.ts'
 import { deploymentModes } from './helpers/redis.ts'
 
-// Issue 8: ClickHouse is not on the path of POST /events. When it refuses, events are
+// ClickHouse is not on the path of POST /events. When it refuses, events are
 // answered from the journal, which holds them until ClickHouse takes them again: the
 // segment log embedded, this instance's Redis streams with REDIS_URL.
 const { modes, stop } = deploymentModes()

@@ -99,9 +99,9 @@ describe('POST /events rejects an invalid body with a 400 naming the field, and 
     await expectHotTotalUnchanged(key)
   })
 
-  // BUG (src/routes/parse.ts:16): zod 4 leaves issue.input unset unless reportInput is on, so
-  // `issue.input === undefined` holds for every invalid_type issue and a present field of the
-  // wrong type is reported as "is required" (misleading detail; DECISIONS: a readable detail).
+  // zod 4 leaves issue.input unset unless reportInput is on, so `issue.input === undefined`
+  // holds for every invalid_type issue; src/routes/parse.ts looks at the input itself, so a
+  // present field of the wrong type is not reported as "is required" (a misleading detail).
   it('says a present field of the wrong type has the wrong type, not that it is required', async () => {
     const key = await h.key(unique('u'))
     const problem = expectProblem(await h.post('/events', llmCall('a', { input_tokens: '5' }), key), 400, 'invalid_body')

@@ -4,7 +4,7 @@ import { ManualClock } from '../src/clock.ts'
 import { LLM_CALL_USD, llmCall, harnessAndReceiver, unique } from './helpers/harness.ts'
 
 /**
- * Issue 12.2: the fleet budget through the API: POST /config/fleet, GET /fleet, the pause of
+ * The fleet budget through the API: POST /config/fleet, GET /fleet, the pause of
  * every agent of the user with its reason, POST /config/fleet/pause with the override rule,
  * one chat message per transition, audit records, bad input and tenancy. The rules run
  * against both hot states in the contract suite (test/hot-state/contract.test.ts).
@@ -14,7 +14,7 @@ const t = harnessAndReceiver({ clock, env: { CONFIG_RATE_LIMIT: '100000' } })
 
 const fleetOf = async (key: string) => (await t.h.get('/fleet', key)).json()
 
-describe('the fleet budget (issue 12)', () => {
+describe('the fleet budget', () => {
   it('shows the 24 h total of all the user\'s agents; without a config it has no budget', async () => {
     const key = await t.h.key(unique('u'))
     expect(await fleetOf(key)).toEqual({

@@ -1,4 +1,4 @@
-// Issue 14: the provisioned Grafana dashboard (deploy/grafana/). No Grafana runs here, so each
+// The provisioned Grafana dashboard (deploy/grafana/). No Grafana runs here, so each
 // query of the dashboard is taken from its JSON, expanded as Grafana and the ClickHouse data
 // source would expand it (test/helpers/grafana-macros.ts), and run on the real engine over
 // events seeded through the service.
@@ -81,7 +81,7 @@ const UNPRICED = 'burnrate-test-unpriced-model'
 
 // Nano-USD of the seeded calls, by hand: gpt-4o is 2.5 / 10 USD per 1M input / output tokens,
 // gpt-4o-mini 0.15 / 0.6, and a model missing from the price table is priced as gpt-4o (the
-// fallback, DECISIONS.md "Prices").
+// fallback default model).
 const GPT4O_1000_500 = 1000 * 2500 + 500 * 10_000 // 7,500,000
 const GPT4O_1000_5000 = 1000 * 2500 + 5000 * 10_000 // 52,500,000
 const MINI_1000_500 = 1000 * 150 + 500 * 600 // 450,000

@@ -5,7 +5,7 @@ import { ManualClock } from '../src/clock.ts'
 import { LLM_CALL_USD, llmCall, harnessAndReceiver, unique } from './helpers/harness.ts'
 
 /**
- * Issue 13.3: budget holds through the API, with the clock passed in. The rules run against
+ * Budget holds through the API, with the clock passed in. The rules run against
  * both hot states in the contract suite (test/hot-state/contract.test.ts); two instances
  * granting holds of one agent at once are in multi-instance.test.ts.
  */
@@ -18,7 +18,7 @@ const WORST_USD = 0.0125
 
 const held = async (agentId: string, key: string) => (await t.h.get(`/agents/${agentId}`, key)).json().held_usd as number
 
-describe('budget holds (issue 13)', () => {
+describe('budget holds', () => {
   it('grants the worst case within the budget, counts it against the next hold, and refuses what would pass it, holding nothing', async () => {
     const key = await t.h.key(unique('u'))
     await t.h.post('/config', { agent_id: 'x', cost_threshold_usd: 0.03, alert_at: [] }, key)

@@ -3,7 +3,7 @@ import { ManualClock } from '../src/clock.ts'
 import { LLM_CALL_USD, llmCall, harnessAndReceiver, unique } from './helpers/harness.ts'
 
 /**
- * Issue 13.2: agents that ignore their pause, through the API, with the clock passed in:
+ * Agents that ignore their pause, through the API, with the clock passed in:
  * flagged after the grace period and not before, with the calls and spend since, one chat
  * message, one audit record, a metric; cleared on resume. The events are still stored and
  * counted. The rule runs against both hot states in the contract suite.
@@ -16,7 +16,7 @@ const flagOf = async (key: string, agent: string) => {
   return rows.find((r) => r.agent_id === agent)!.ignoring_pause
 }
 
-describe('agents that ignore their pause (issue 13)', () => {
+describe('agents that ignore their pause', () => {
   it('flags an agent whose llm_calls keep coming after the grace period, once, and clears the flag on resume', async () => {
     const user = unique('u')
     const key = await t.h.key(user)

@@ -6,7 +6,7 @@ import { llmCall, startHarness, unique, type Harness } from './helpers/harness.t
 import { deploymentModes } from './helpers/redis.ts'
 
 /**
- * Issue 9: strings that are not well-formed Unicode and data nested too deep are refused at
+ * Strings that are not well-formed Unicode and data nested too deep are refused at
  * the edge, with a 400 naming the field, in every string field of every body, and change
  * nothing; well-formed strings are stored exactly as sent. Both modes: what is refused never
  * reaches the hot state, the journal or ClickHouse, whichever they are.
@@ -108,7 +108,7 @@ describe.each(modes)('request data at the edge (%s)', (_mode, modeEnv) => {
 
   it('stores well-formed strings of any script exactly as sent, astral characters included', async () => {
     const key = await h.key(unique('u'))
-    // No control characters: agent ids refuse them (DECISIONS.md), the other fields keep them.
+    // No control characters: agent ids refuse them, the other fields keep them.
     // (A "__proto__" key is refused as prototype poisoning, its own class of input.)
     // eslint-disable-next-line no-control-regex
     const text = fc.string({ unit: 'grapheme', minLength: 1, maxLength: 20 }).filter((s) => !/[\u0000-\u001f\u007f-\u009f]/.test(s) && s !== '__proto__')

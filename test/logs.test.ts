@@ -4,14 +4,14 @@ import { api, cleanup, createKey, drained, freshDataDir, startServe, waitFor } f
 import { freePort, startRedis } from './helpers/redis.ts'
 
 /**
- * Issue 14.6: no API key, webhook URL or metadata value is ever logged, at any level. A real
+ * No API key, webhook URL or metadata value is ever logged, at any level. A real
  * `burnrate serve` at LOG_LEVEL=trace goes through what logs the most: keys made and used,
  * unknown keys refused, a config with a webhook whose delivery fails, events with metadata
  * (accepted and refused), a pause and its message; then every line it wrote is searched.
  */
 afterAll(cleanup)
 
-describe('logs (issue 14)', () => {
+describe('logs', () => {
   it('never carry an API key, a webhook URL or a metadata value, even at trace level', async () => {
     const dataDir = freshDataDir()
     const server = await startServe(dataDir, { LOG_LEVEL: 'trace', WEBHOOK_ALLOW_PRIVATE: 'true', WEBHOOK_TIMEOUT_MS: '200' })

@@ -108,7 +108,7 @@ describe('two instances, one Redis', () => {
     expect(await storedRows(agent, user)).toBe(40)
   })
 
-  it('count 40 concurrent events of 20 agents into their fleet exactly, pause it once, alert once, with one webhook each (issue 12)', async () => {
+  it('count 40 concurrent events of 20 agents into their fleet exactly, pause it once, alert once, with one webhook each', async () => {
     const user = unique('u')
     const key = await a.key(user)
     await a.post('/config/fleet', { cost_threshold_usd: 0.1, chat_webhook_url: receiver.url, alert_at: [0.5] }, key)
@@ -130,7 +130,7 @@ describe('two instances, one Redis', () => {
     expect(await pausesStored(user, FLEET)).toBe(1)
   })
 
-  it('pause a burst of 40 concurrent events over its velocity limit once, whichever instance takes it (issue 13)', async () => {
+  it('pause a burst of 40 concurrent events over its velocity limit once, whichever instance takes it', async () => {
     const user = unique('u')
     const key = await a.key(user)
     const agent = unique('burst')
@@ -145,7 +145,7 @@ describe('two instances, one Redis', () => {
     expect(await pausesStored(user, agent, 'velocity')).toBe(1)
   })
 
-  it('grant 50 concurrent holds of one agent no more than its budget allows, and settle each once under retries through both (issue 13)', async () => {
+  it('grant 50 concurrent holds of one agent no more than its budget allows, and settle each once under retries through both', async () => {
     const user = unique('u')
     const key = await a.key(user)
     const agent = unique('guarded')

@@ -8,7 +8,7 @@ import { startRedis } from './helpers/redis.ts'
 /**
  * Two real `burnrate serve` processes behind an imaginary load balancer, on one real Redis
  * and one ClickHouse reached over HTTP (the real engine in a process of its own), as in
- * production. Issue 4's process-level tests.
+ * production.
  */
 let clickhouse: Awaited<ReturnType<typeof startClickHouseServer>>
 let redis: Awaited<ReturnType<typeof startRedis>>

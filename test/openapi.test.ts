@@ -9,7 +9,7 @@ import { OPENAPI_DOCUMENT, ROUTES, errorsOf } from '../src/openapi.ts'
 import { llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 
 /**
- * Issue 14.3: GET /openapi.json is a valid OpenAPI 3.1 document (checked by a validator of
+ * GET /openapi.json is a valid OpenAPI 3.1 document (checked by a validator of
  * the specification's own schemas), it describes every route the app serves, every error
  * each route answers is in it, and what the routes really answer matches what it says.
  */
@@ -31,7 +31,7 @@ type Doc = typeof OPENAPI_DOCUMENT
 type Operation = { responses: Record<string, { content: Record<string, { schema: object }> }>; security?: unknown[] }
 const operationOf = (doc: Doc, method: string, path: string) => (doc.paths[path] as Record<string, Operation> | undefined)?.[method.toLowerCase()]
 
-describe('the OpenAPI document (issue 14)', () => {
+describe('the OpenAPI document', () => {
   it('is served at /openapi.json without a key, and is valid OpenAPI 3.1', async () => {
     const res = await app.inject({ method: 'GET', url: '/openapi.json' })
     expect(res.statusCode).toBe(200)

@@ -6,8 +6,8 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest'
 import { startRedis } from './helpers/redis.ts'
 import { api, createKey, drained, freshDataDir, cleanup, nano, startServe, waitFor, withDeadline, type ServerProcess } from './helpers/process.ts'
 
-// DECISIONS.md: "An acknowledged event is never lost: not by a crash of the service
-// (kill -9), not by a restart". Real `burnrate serve` processes on chDB, real sockets.
+// An acknowledged event is never lost: not by a crash of the service (kill -9), not by a
+// restart. Real `burnrate serve` processes on chDB, real sockets.
 
 const sockets: Socket[] = []
 afterEach(async () => {

@@ -4,7 +4,7 @@ import { ManualClock } from '../src/clock.ts'
 import { LLM_CALL_USD, llmCall, harnessAndReceiver, unique } from './helpers/harness.ts'
 
 /**
- * Issue 13.1: the spend-velocity pause through the API, with the clock passed in: a burst
+ * The spend-velocity pause through the API, with the clock passed in: a burst
  * pauses within the window, the same spend spread out does not, one message saying how fast,
  * an audit record, no auto-resume, and bad input. The rule runs against both hot states in
  * the contract suite (test/hot-state/contract.test.ts).
@@ -12,7 +12,7 @@ import { LLM_CALL_USD, llmCall, harnessAndReceiver, unique } from './helpers/har
 const clock = new ManualClock(Date.UTC(2026, 10, 20, 12, 0, 0))
 const t = harnessAndReceiver({ clock, env: { CONFIG_RATE_LIMIT: '100000' } })
 
-describe('the spend-velocity limit (issue 13)', () => {
+describe('the spend-velocity limit', () => {
   it('pauses a burst within its window, says how fast in one message and an audit record, and does not auto-resume', async () => {
     const user = unique('u')
     const key = await t.h.key(user)

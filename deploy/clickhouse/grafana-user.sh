@@ -1,5 +1,5 @@
 #!/bin/bash
-# Grafana's read-only ClickHouse user (issue 14), mounted into /docker-entrypoint-initdb.d/.
+# Grafana's read-only ClickHouse user, mounted into /docker-entrypoint-initdb.d/.
 #
 # The ClickHouse image runs this on its first start (an empty data volume), after it has created
 # CLICKHOUSE_DB and the admin user CLICKHOUSE_USER (with CLICKHOUSE_DEFAULT_ACCESS_MANAGEMENT=1,

@@ -37,7 +37,7 @@ export class AgentService {
     await this.#setPolicy({ userId, agentId: body.agent_id }, body, actor)
   }
 
-  /** POST /config/fleet (issue 12): the budget of all of the user's agents together, as POST /config sets an agent's. */
+  /** POST /config/fleet: the budget of all of the user's agents together, as POST /config sets an agent's. */
   async upsertFleetConfig(userId: string, body: PolicyBody, actor: string): Promise<void> {
     await this.#setPolicy(fleetOf(userId), body, actor)
   }
@@ -74,7 +74,7 @@ export class AgentService {
     return this.#setPaused({ userId, agentId }, paused, actor)
   }
 
-  /** POST /config/fleet/pause (issue 12): every agent of the user paused or resumed by hand, as one. */
+  /** POST /config/fleet/pause: every agent of the user paused or resumed by hand, as one. */
   async setFleetPaused(userId: string, paused: boolean, actor: string): Promise<boolean> {
     return this.#setPaused(fleetOf(userId), paused, actor)
   }
@@ -85,7 +85,7 @@ export class AgentService {
     return paused
   }
 
-  /** GET /fleet (issue 12): the user's 24 h total over all of their agents, against the fleet's budget. */
+  /** GET /fleet: the user's 24 h total over all of their agents, against the fleet's budget. */
   async fleet(userId: string) {
     const { snapshot: s, exhaustionAt } = await this.#d.hotState.get(fleetOf(userId), this.#d.clock.now())
     const holding = holdingPause(RUNNING, s.pause)
@@ -108,14 +108,14 @@ export class AgentService {
 
   /**
    * GET /agents: agents with events in the window, highest cost first. Totals, calls and
-   * pause flags are the hot state's, exactly what POST /events answers (issue 8).
+   * pause flags are the hot state's, exactly what POST /events answers.
    */
   async list(userId: string) {
     const { hotState, clock } = this.#d
     const now = clock.now()
     const [listed, { snapshot: fleet }] = await Promise.all([hotState.listAgents(userId, now), hotState.get(fleetOf(userId), now)])
     // Highest cost first, then by id in code-unit order (a locale-aware comparison cost
-    // 40 ms over 10,000 agents of equal totals: issue 11).
+    // 40 ms over 10,000 agents of equal totals).
     listed.sort((a, b) => b.snapshot.totalNano - a.snapshot.totalNano || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0))
     // One shape for every row (an absent threshold is undefined, which the reply leaves out):
     // a spread of an optional field made rows of two shapes and took a quarter of the listing.
@@ -149,7 +149,7 @@ export class AgentService {
   }
 
   /**
-   * GET /audit (issue 12): the user's audit records, newest first, a page of `limit` and the
+   * GET /audit: the user's audit records, newest first, a page of `limit` and the
    * cursor of the next (null on the last page).
    */
   async audit(userId: string, q: { agentId?: string; scope?: AuditScope; before?: AuditCursor; limit: number }) {
@@ -169,7 +169,7 @@ export class AgentService {
     }
   }
 
-  /** GET /agents/{id}: 404 when the agent has no events and no config (SPEC.md 4.6). */
+  /** GET /agents/{id}: 404 when the agent has no events and no config. */
   async detail(userId: string, agentId: string, page: { limit: number; before?: string }) {
     const { clickhouse, hotState, clock } = this.#d
     const now = clock.now()
@@ -182,7 +182,7 @@ export class AgentService {
     ])
     const { snapshot } = state
     const holding = holdingPause(snapshot.pause, fleet.snapshot.pause)
-    // An agent with open holds (issue 13) is known, even before its first event.
+    // An agent with open budget holds is known, even before its first event.
     await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || snapshot.configured || snapshot.heldNano > 0)
     const last = events.at(-1)
     return {
@@ -194,10 +194,10 @@ export class AgentService {
       is_paused: holding !== null,
       paused_reason: pausedReasonOf(holding),
       paused_at: holding ? pausedAt(holding.pause) : null,
-      // Issue 13: llm_calls that kept coming after the pause that holds and its grace period.
+      // llm_calls that kept coming after the pause that holds and its grace period.
       ...ignoredOf(snapshot.ignored, holding?.pause.since ?? 0),
       remaining_usd: nanoToUsd(agentBudget(snapshot.policy) - snapshot.totalNano),
-      // Issue 13: the worst cases of its open budget holds, counted with its total by the budget rules.
+      // The worst cases of its open budget holds, counted with its total by the budget rules.
       held_usd: nanoToUsd(snapshot.heldNano),
       projected_exhaustion_at: isoOrNull(state.exhaustionAt),
       alerts_reached: budgetLevelsReached(snapshot.totalNano, snapshot.policy),
@@ -238,7 +238,7 @@ export class AgentService {
   }
 
   /**
-   * 404 for an agent with no events and no config (SPEC.md 4.6). `known` is what the
+   * 404 for an agent with no events and no config. `known` is what the
    * caller's own reads already showed; only when they showed nothing is history looked up.
    */
   async #mustExist(userId: string, agentId: string, known: boolean): Promise<void> {
@@ -274,7 +274,7 @@ function budgetLevelsReached(totalNano: number, policy: AgentPolicy): readonly n
   return bits === 0 ? NONE : budget!.alertAt.filter((_, i) => (bits & (1 << i)) !== 0)
 }
 
-/** A 400 naming the field (DECISIONS.md), for what only the service can check. */
+/** A 400 naming the offending field, for what only the service can check. */
 function invalidField(field: string, message: string): Problem {
   return new Problem('invalid_body', `${field}: ${message}`, { errors: [{ field, message }] })
 }

@@ -47,7 +47,7 @@ export class ApiKeys {
   // sending one each (a fleet starting up presents one key many times at once). Bounded,
   // least recently used out first.
   readonly #cache = new LRUCache<string, { principal: Promise<Principal | null>; at: number }>({ max: 100_000 })
-  // Keys no record has, remembered for a TTL in a cache of their own (issue 9): a flood of
+  // Keys no record has, remembered for a TTL in a cache of their own: a flood of
   // made-up keys evicts other made-up keys, never the keys of real users.
   readonly #unknown: LRUCache<string, true>
 
@@ -109,7 +109,7 @@ export class ApiKeys {
    * after `cacheTtlMs`, so a key revoked by a process without Redis (the CLI straight on
    * ClickHouse) stops working within that; revocations through a server are immediate.
    * When the re-read fails (ClickHouse away), the last answer holds and is read again a TTL
-   * later: POST /events never needs ClickHouse for a key it has verified before (issue 8).
+   * later: POST /events never needs ClickHouse for a key it has verified before.
    * A key never verified still needs one read; while ClickHouse is away that is a 503.
    * A key not shaped as generateKey() makes them is refused without a read, and one that no
    * record has is remembered as unknown for the TTL. `lookUp: false` answers from memory only.
@@ -121,7 +121,7 @@ export class ApiKeys {
     const now = this.#clock.now()
     const hit = this.#cache.get(hash)
     if (hit && now - hit.at < this.#ttlMs) return hit.principal
-    // Answer from what is known (an address refused for its failed attempts, issue 9).
+    // Answer from what is known (an address refused for its failed attempts).
     if (opts.lookUp === false) return hit ? hit.principal : null
     const known = hit?.principal
     const principal = findKeyByHash(this.#client, hash).then(

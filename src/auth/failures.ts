@@ -4,7 +4,7 @@ import type { Clock } from '../clock.ts'
 const WINDOW_MS = 60_000
 
 /**
- * Failed authentications per client address (issue 9): past `perMinute` in a fixed minute,
+ * Failed authentications per client address: past `perMinute` in a fixed minute,
  * the address is answered 429 for the rest of that minute, before any key look-up, so a
  * flood of made-up keys costs no ClickHouse read. Per instance, in a bounded LRU (the
  * addresses seen last are kept); a key already verified is never refused by it (app.ts).

@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util'
  * What `burnrate` understands, and its usage texts, in one table: the parser and the help
  * read the same entries, so a command cannot take an option its usage does not show.
  * No I/O and no heavy imports here: `--help` and a mistyped option answer without loading
- * the service (issue 14).
+ * the service.
  */
 
 export interface OptionSpec {

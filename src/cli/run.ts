@@ -53,7 +53,7 @@ async function serve(config: Config): Promise<number> {
 }
 
 /**
- * What the start-up line says the service runs on (issue 14): the hot state, the journal and
+ * What the start-up line says the service runs on: the hot state, the journal and
  * ClickHouse, by where they are and never with their credentials.
  */
 function stores(config: Config): { hotState: string; journal: string; clickhouse: string } {

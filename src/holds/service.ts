@@ -29,7 +29,7 @@ export interface HoldReply {
 }
 
 /**
- * Budget holds (issue 13): before a call, an agent reserves its worst case against its
+ * Budget holds: before a call, an agent reserves its worst case against its
  * budget and its fleet's, so parallel calls cannot each pass the check and together overshoot
  * it; the llm_call that reports the call settles the hold (IngestService, the hot state's
  * record step). The hot state decides and keeps them, atomically with every event.

@@ -5,8 +5,8 @@ import { toChDateTime64us } from '../storage/clickhouse.ts'
 import type { EventRow } from '../storage/events.ts'
 
 /**
- * The events row of an accepted event, priced (SPEC.md 4.1 cost rules), received at `micros`.
- * An llm_call carries the token fields, or the provider's usage object (issue 10), whose
+ * The events row of an accepted event, priced (only an llm_call costs anything), received at
+ * `micros`. An llm_call carries the token fields, or the provider's usage object, whose
  * quantities the price library extracts and prices; either way the row keeps every quantity
  * next to the cost, and the four token columns. Throws a 400 problem for a usage object the
  * library cannot read: nothing is counted or stored then.

@@ -16,7 +16,7 @@ import { minuteOf, windowStartMs } from '../window.ts'
  * there: every event of the window, each id once (wherever it is found: a row shipped whose
  * commit was not recorded is in both), every config and the latest pause state (the newest
  * version, wherever it is found). It replaces the hot state rather than adding to it, so it
- * never counts twice, and streams the window rather than holding it (issue 11). Returns the
+ * never counts twice, and streams the window rather than holding it. Returns the
  * transitions the rebuild decided (journaled), for the caller to announce.
  */
 export async function rebuildHotState(
@@ -82,7 +82,7 @@ export interface AgentLoaderOptions {
  * The agents asked for in one turn of the event loop share one batch of reads: four queries
  * run together, whatever the number of agents. One query each per agent, queued behind one
  * another, held a fleet's first events after a Redis restart or a new day to 14-21 new agents
- * a second (issue 8). An agent with no history waits for one batch.
+ * a second. An agent with no history waits for one batch.
  */
 export function agentLoader(clickhouse: ClickHouseClient, o: AgentLoaderOptions = {}): AgentLoader & { readonly stats: { batches: number; agents: number } } {
   const maxBatch = o.maxBatch ?? 1000

@@ -8,18 +8,18 @@ import { monotonicMicros } from '../storage/version.ts'
 import { eventRow } from './event-row.ts'
 import { announceAlerts, announceBudgetPauses, type PauseNotifier } from './notify.ts'
 
-/** The answer to POST /events (SPEC.md 4.1), in nano-USD until the route formats it. */
+/** The answer to POST /events, in nano-USD until the route formats it. */
 export interface IngestReply {
   eventId: string
   costNano: number
   paused: boolean
-  /** Why, the agent's own reason or its fleet's (issue 12); null while running. */
+  /** Why, the agent's own reason or its fleet's; null while running. */
   pausedReason: PausedReason | null
   totalNano: number
   thresholdNano: number
   /** When the total reaches the threshold at the last hour's rate, epoch ms, or null (never). */
   exhaustionAt: number | null
-  /** The alert levels of the agent's own budget this event crossed (issue 12). */
+  /** The alert levels of the agent's own budget this event crossed. */
   alerts: readonly number[]
   /** The alert levels of its fleet's budget this event crossed. */
   fleetAlerts: readonly number[]
@@ -43,7 +43,7 @@ export interface IngestDeps {
 }
 
 /**
- * POST /events (issue 8): an event is priced and handed to the hot state's atomic step,
+ * POST /events: an event is priced and handed to the hot state's atomic step,
  * which dedups, counts, evaluates, flips and journals it together and resolves once the
  * journal has it; no ClickHouse call is on the way. The shipper moves the journal into
  * ClickHouse afterwards, in both modes.

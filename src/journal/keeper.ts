@@ -10,7 +10,7 @@ interface Log {
 
 /**
  * Keeps this instance's Redis journal alive and finishes the journals of instances that
- * died (issue 8): every third of a lease it renews its own lease (rejoining under a new id
+ * died: every third of a lease it renews its own lease (rejoining under a new id
  * when it was taken for dead), and takes over every journal whose lease ran out, ships what
  * it holds (the batch under way first, with its token) and forgets it. Any instance may
  * take over any other; taking one over fences its owner out, so no timeout here has to

@@ -6,7 +6,7 @@ import { partitionOf, partitionTag } from '../storage/redis-keys.ts'
 import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalRow, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
 
 /**
- * The journal with REDIS_URL (issue 8): Redis Streams, partitioned by user, so that a
+ * The journal with REDIS_URL: Redis Streams, partitioned by user, so that a
  * user's agents, the user's own state and the partition's stream share one hash tag and the
  * hot state's record script can append in the same atomic step (one slot, Redis Cluster too).
  *
@@ -31,7 +31,7 @@ export interface RedisJournalOptions {
   maxRows: number
   prefix?: string
   /**
-   * Replicas that must hold a batch's intent before its INSERT (issue 15): an intent a failover
+   * Replicas that must hold a batch's intent before its INSERT: an intent a failover
    * lost would let the batch be shipped again under another token, stored twice.
    */
   replicaWait?: ReplicaWait
@@ -86,7 +86,7 @@ export class RedisJournal implements JournalSource {
   /**
    * Makes this instance the owner of its journal (at start-up, under a new id). The first
    * instance records the partition count in Redis; one started with another count refuses
-   * to run: it would put a user's keys and rows in other slots than the rest (issue 15).
+   * to run: it would put a user's keys and rows in other slots than the rest.
    */
   async register(): Promise<void> {
     const key = `${this.#o.prefix}partitions`

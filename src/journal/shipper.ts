@@ -36,7 +36,7 @@ export interface DeadLetter {
 /**
  * Stores one batch, one INSERT per table, each with the batch's token and the table's name
  * (ClickHouse deduplicates per table), then commits it in the journal. A row ClickHouse
- * refuses for its content (issue 9; the edge should let none in) must not hold back the
+ * refuses for its content (the edge check should let none in) must not hold back the
  * others: the batch is halved until the row is alone, every other row is stored, and the
  * row goes to dead_letters. The halves' tokens follow from the batch's, so a batch shipped
  * again after a crash stores nothing twice, dead letters included.
@@ -103,9 +103,9 @@ const MAX_BACKOFF_MS = 30_000
 const NEWLINE = Buffer.from('\n')
 
 /**
- * Moves the journal into ClickHouse in large batches (issue 8; Langfuse's ClickhouseWriter
- * is the model): one INSERT per table per batch, each with the batch's deduplication token,
- * so a batch shipped twice is stored once. A batch is committed only after its INSERTs
+ * Moves the journal into ClickHouse in large batches (modelled on Langfuse's ClickhouseWriter):
+ * one INSERT per table per batch, each with the batch's deduplication token, so a batch
+ * shipped twice is stored once. A batch is committed only after its INSERTs
  * succeeded; a failure is retried with exponential backoff, the same batch with the same
  * token, for as long as it takes (ClickHouse down: the journal holds the backlog).
  */

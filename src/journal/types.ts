@@ -5,8 +5,8 @@ import type { IgnoredRow } from '../storage/ignored.ts'
 import type { TransitionRow } from '../storage/transitions.ts'
 
 /**
- * The durable journal of the write path (issue 8, DECISIONS.md "Write path"): POST /events
- * is answered once its rows are in the journal; the shipper moves them to ClickHouse in
+ * The durable journal of the write path: POST /events is answered once its rows are in the
+ * journal, so ClickHouse is not on the request path; the shipper moves them to ClickHouse in
  * large idempotent batches. A row is bound for one table.
  */
 export type JournalRow =
@@ -50,6 +50,11 @@ export interface JournalBacklog {
   bytes: number
   /** When the oldest of them was appended (epoch ms), null when there are none. */
   oldestAt: number | null
+}
+
+/** How long the oldest row not yet shipped has waited, in seconds; 0 when there are none. */
+export function backlogAgeSeconds(backlog: JournalBacklog, nowMs: number): number {
+  return backlog.oldestAt === null ? 0 : Math.max(0, (nowMs - backlog.oldestAt) / 1000)
 }
 
 /** What /readyz, the metrics and the write path's bound see of a journal. */

@@ -9,24 +9,24 @@ export interface PauseNotice {
   /** Names this notification on every attempt (the Idempotency-Key header): the same pause, the same id. */
   id: string
   userId: string
-  /** null: the user's fleet, its budget over all of their agents (issue 12). */
+  /** null: the user's fleet, its budget over all of their agents. */
   agentId: string | null
   /** Rolling 24 h total that crossed the threshold, in USD. */
   totalUsd: number
   thresholdUsd: number
-  /** A velocity pause (issue 13): the spend within the last `windowMinutes`, over `limitUsd`. */
+  /** A velocity pause: the spend within the last `windowMinutes`, over `limitUsd`. */
   velocity?: { spentUsd: number; limitUsd: number; windowMinutes: number }
-  /** The open budget holds counted with the total (issue 13), when there were any. */
+  /** The open budget holds counted with the total, when there were any. */
   heldUsd?: number
   at: Date
 }
 
-/** An alert level crossed (issue 12): sent before the pause, once per crossing. */
+/** An alert level crossed: sent before the pause, once per crossing. */
 export interface AlertNotice {
   /** Names this notification on every attempt: the same alert, the same id. */
   id: string
   userId: string
-  /** null: the user's fleet (issue 12). */
+  /** null: the user's fleet. */
   agentId: string | null
   /** The level crossed, a fraction of the threshold. */
   level: number
@@ -37,7 +37,7 @@ export interface AlertNotice {
   at: Date
 }
 
-/** An agent that went on calling the model after its pause and its grace period (issue 13), once per pause. */
+/** An agent that went on calling the model after its pause and its grace period, once per pause. */
 export interface IgnoredNotice {
   /** Names this notification on every attempt. */
   id: string

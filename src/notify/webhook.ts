@@ -1,9 +1,9 @@
 /**
- * Sends the auto-pause chat message (DECISIONS.md "Notification"): in the background, so
- * ingestion never waits; with a per-attempt timeout and bounded retries; every failure logged,
+ * Sends the auto-pause chat message: in the background, so ingestion never waits; with a
+ * per-attempt timeout and bounded retries; every failure logged,
  * counted and visible in `stats` and Prometheus; nothing thrown, no unhandled rejection.
  *
- * Delivery is at most once for what a receiver may have seen (issue 9): an attempt is
+ * Delivery is at most once for what a receiver may have seen: an attempt is
  * repeated only when its failure proves the message was not taken (no connection, the
  * request not written out, 429, 502 or 503). A timeout or a reset after the whole request
  * was written, or any other answer, ends the delivery: a receiver that answered 200 after

@@ -1,12 +1,11 @@
 /**
- * The price table: model name → prices → cost of one llm_call in integer nano-USD
- * (SPEC.md 4.1 cost rules, DECISIONS.md "Prices" and "Money"). Pure apart from the clock:
- * some catalogue prices depend on the date or the time of day.
+ * The price table: model name → prices → cost of one llm_call in integer nano-USD.
+ * Pure apart from the clock: some catalogue prices depend on the date or the time of day.
  *
  * Order of precedence for a model name:
  *   1. PRICES_FILE `models[name]` (exact name),
  *   2. the bundled genai-prices catalogue (its own matching: dated variants, case),
- *   3. the default model's prices (SPEC 4.1 rule 3), flagged `fallback: true`.
+ *   3. the default model's prices, for a name neither knows, flagged `fallback: true`.
  */
 import type { Clock } from '../clock.ts'
 import { systemClock } from '../clock.ts'
@@ -21,7 +20,7 @@ export type { CatalogueMatch, CatalogueResolver, Price, TieredPrice } from './ca
 export { loadPricesFile, parsePricesFile, pricesFileSchema } from './prices-file.ts'
 export type { PricesFile, PricesFileModel } from './prices-file.ts'
 
-/** DECISIONS.md: the fallback default model when PRICES_FILE names none. */
+/** The fallback default model when PRICES_FILE names none. */
 export const DEFAULT_MODEL = 'gpt-4o'
 /** Bound on memoised names, so a client sending random model names cannot grow memory. */
 export const DEFAULT_CACHE_SIZE = 10_000
@@ -31,7 +30,7 @@ export interface ModelPrice {
   readonly model: string
   /** catalogue model id it matched, or the PRICES_FILE name; null when fallback */
   readonly matched: string | null
-  /** true when priced with the default model's prices (SPEC 4.1 rule 3) */
+  /** true when priced with the default model's prices (the model was unknown) */
   readonly fallback: boolean
   /** where the prices came from (for a fallback: where the default model's came from) */
   readonly source: 'override' | 'catalogue'
@@ -49,9 +48,9 @@ export interface ModelPrice {
 export interface TokenUsage {
   input_tokens: number
   output_tokens: number
-  /** part of input_tokens (DECISIONS.md); absent = 0 */
+  /** part of input_tokens; absent = 0 */
   cache_read_tokens?: number
-  /** part of input_tokens (DECISIONS.md); absent = 0 */
+  /** part of input_tokens; absent = 0 */
   cache_write_tokens?: number
 }
 
@@ -61,7 +60,7 @@ export interface PriceTable {
   /** cost of one llm_call in integer nano-USD */
   cost(model: string, usage: TokenUsage): { costNano: Nano; fallback: boolean }
   /**
-   * Cost of one llm_call reported as a provider's usage object (issue 10), from the
+   * Cost of one llm_call reported as a provider's usage object, from the
    * quantities the price library extracted: priced by the library for `provider`'s `model`,
    * by PRICES_FILE prices where it names the model, by the default model's otherwise.
    */

@@ -1,12 +1,12 @@
 /**
- * PRICES_FILE: an operator's own prices, which win over the bundled catalogue
- * (DECISIONS.md "Prices"). Read once at start-up; a bad file stops the start with an
- * error naming the file and the field, because silently mispricing is worse than not starting.
+ * PRICES_FILE: an operator's own prices, which win over the bundled catalogue. Read once at
+ * start-up; a bad file stops the start with an error naming the file and the field, because
+ * silently mispricing is worse than not starting.
  */
 import { readFile } from 'node:fs/promises'
 import { z } from 'zod'
 
-/** Model names follow the event value rules (DECISIONS.md: model ≤ 256 characters). */
+/** Model names follow the event value rules: at most 256 characters. */
 const modelName = z.string().min(1).max(256)
 
 /**
@@ -22,7 +22,7 @@ const modelPriceSchema = z.strictObject({
   cache_read: usdPerMillion.optional(),
   cache_write: usdPerMillion.optional(),
   /**
-   * Any other quantity, by the price library's price keys (issue 10): USD per 1M tokens for
+   * Any other quantity, by the price library's price keys: USD per 1M tokens for
    * a `_mtok` key (input_audio_mtok, cache_write_1h_mtok, …), per 1,000 for a `_kcount` key
    * (web_searches_kcount, requests_kcount). Used for events that carry a usage object.
    */
@@ -33,7 +33,7 @@ export const pricesFileSchema = z.strictObject({
   default_model: modelName.optional(),
   models: z.record(modelName, modelPriceSchema).default({}),
   /**
-   * Multipliers of a provider's service tiers, by the name the provider reports (issue 10):
+   * Multipliers of a provider's service tiers, by the name the provider reports:
    * e.g. {"batch": 0.5, "flex": 0.5, "priority": 1.8}. The price data has none of its own.
    */
   service_tiers: z.record(z.string().min(1).max(64), z.number().positive().max(100)).optional(),

@@ -1,5 +1,5 @@
 /**
- * A provider's usage object as its SDK returns it (issue 10): the quantities in it are read
+ * A provider's usage object as its SDK returns it: the quantities in it are read
  * by the price library's own extractors (@pydantic/genai-prices `extractUsage`), never by a
  * mapping kept here, and priced by the library's own calculation (`calcPrice`), which knows
  * every quantity its data prices: text, audio, image and video tokens, cache reads and

@@ -35,7 +35,7 @@ export const agentsRoutes =
     const opts = { config: { rateLimit: limits.reads } }
 
     // A response schema: Fastify serialises with fast-json-stringify, about twice as fast as
-    // JSON.stringify over the 10,000 agents a fleet lists (issue 11).
+    // JSON.stringify over the 10,000 agents a fleet lists.
     app.get('/agents', { ...opts, schema: { response: { 200: AGENTS_LIST } } }, async (request) => {
       parse(eventsQuery.pick({}), request.query, 'invalid_query')
       return { agents: await agents.list(principal(request).userId) }

@@ -5,7 +5,7 @@ import fastifyStatic from '@fastify/static'
 import type { FastifyError, FastifyPluginAsync } from 'fastify'
 
 /**
- * The built-in dashboard (issue 14): static files only, no build step. `/` is the page,
+ * The built-in dashboard: static files only, no build step. `/` is the page,
  * `/assets/*` its modules and styles (public/) and uPlot's two dist files, from the package
  * itself (no CDN: the page works offline). They need no API key; the data calls the page
  * makes do, with the key the user pasted.

@@ -2,11 +2,11 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { FastifyPluginAsync } from 'fastify'
 import { Problem } from '../errors.ts'
 import type { HotState } from '../hot-state/types.ts'
-import type { JournalBacklog, JournalStatus } from '../journal/types.ts'
+import { backlogAgeSeconds, type JournalBacklog, type JournalStatus } from '../journal/types.ts'
 
 /**
  * For load balancers: no key. /healthz: the process answers. /readyz: it can take events.
- * With the journal (issue 8) ClickHouse is not needed for that: its state is reported, with
+ * With the journal ClickHouse is not needed for that: its state is reported, with
  * the backlog the journal holds for it, and only a hot state that does not answer or a full
  * journal makes the instance unready.
  */
@@ -35,5 +35,5 @@ export const healthRoutes =
   }
 
 function journalState(b: JournalBacklog) {
-  return { rows: b.rows, bytes: b.bytes, oldest_age_seconds: b.oldestAt === null ? 0 : Math.max(0, (Date.now() - b.oldestAt) / 1000) }
+  return { rows: b.rows, bytes: b.bytes, oldest_age_seconds: backlogAgeSeconds(b, Date.now()) }
 }

@@ -6,7 +6,7 @@ import { holdBody, holdParams } from '../schemas/hold.ts'
 import type { RouteLimits } from './limits.ts'
 import { parse, principal } from './parse.ts'
 
-/** Budget holds (issue 13), limited with POST /events: a guarded call asks for one before each event. */
+/** Budget holds, limited with POST /events: a guarded call asks for one before each event. */
 export const holdsRoutes =
   (holds: HoldService, limits: RouteLimits): FastifyPluginAsync =>
   async (app) => {

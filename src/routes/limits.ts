@@ -29,8 +29,8 @@ export interface RouteLimits {
 }
 
 /**
- * Per-key limits, counted per route group: POST /events (120/min by default, SPEC.md 8; a
- * key can carry its own), all reads together, both config routes together. Auth runs
+ * Per-key limits, counted per route group: POST /events (120 requests per minute by default;
+ * a key can carry its own), all reads together, both config routes together. Auth runs
  * first, so the key id is known here.
  */
 export function routeLimits(config: Config): RouteLimits {

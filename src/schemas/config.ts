@@ -3,27 +3,27 @@ import { agentId } from './event.ts'
 
 const webhookUrl = z.string().max(2048, 'must be at most 2048 characters').nullable()
 
-/** A budget's fields, of an agent (POST /config) or of a fleet (POST /config/fleet, issue 12). */
+/** A budget's fields, of an agent (POST /config) or of a fleet (POST /config/fleet). */
 const policyFields = {
   cost_threshold_usd: z.number().min(0, 'must be >= 0').max(1_000_000, 'must be <= 1000000').optional(),
   slack_webhook_url: webhookUrl.optional(),
   chat_webhook_url: webhookUrl.optional(),
   auto_resume: z.boolean().optional(),
-  // Issue 12: fractions of the threshold at which one alert fires per crossing.
+  // Fractions of the threshold at which one alert fires per crossing.
   alert_at: z
     .array(z.number().gt(0, 'each level must be > 0').lt(1, 'each level must be < 1'), { error: 'must be an array of numbers' })
     .max(5, 'must hold at most 5 levels')
     .refine((levels) => new Set(levels).size === levels.length, 'must not repeat a level')
     .transform((levels) => [...levels].sort((a, b) => a - b))
     .optional(),
-  // Issue 13: a pause when more than this is spent within the last velocity_window_minutes; null: none.
+  // A pause when more than this is spent within the last velocity_window_minutes; null: none.
   velocity_limit_usd: z.number().gt(0, 'must be > 0').max(1_000_000, 'must be <= 1000000').nullable().optional(),
   velocity_window_minutes: z.number().int('must be an integer').min(1, 'must be 1 to 60').max(60, 'must be 1 to 60').optional(),
 }
 
 type Aliased = { slack_webhook_url?: string | null; chat_webhook_url?: string | null }
 
-/** `chat_webhook_url` is an alias of `slack_webhook_url` (DECISIONS.md): both may be sent only alike. */
+/** `chat_webhook_url` is an alias of `slack_webhook_url`: both may be sent only alike. */
 function oneWebhookUrl(c: Aliased, ctx: z.RefinementCtx): void {
   if (c.slack_webhook_url !== undefined && c.chat_webhook_url !== undefined && c.slack_webhook_url !== c.chat_webhook_url) {
     ctx.addIssue({ code: 'custom', path: ['chat_webhook_url'], message: 'is an alias of slack_webhook_url; send one of them' })

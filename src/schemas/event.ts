@@ -1,6 +1,6 @@
 import { z } from 'zod'
 
-/** DECISIONS.md "Value rules". */
+/** An event's value limits: metadata at most 16 KiB as JSON, a body at most 64 KiB, token counts 0 to 10^9. */
 export const MAX_METADATA_BYTES = 16 * 1024
 export const MAX_BODY_BYTES = 64 * 1024
 const MAX_TOKENS = 1_000_000_000
@@ -21,14 +21,14 @@ const metadata = z
   .record(z.string(), z.unknown())
   .refine((m) => Buffer.byteLength(JSON.stringify(m)) <= MAX_METADATA_BYTES, `must be at most ${MAX_METADATA_BYTES} bytes as JSON`)
 
-/** A budget hold's id (issue 13), as POST /holds answers it. */
+/** A budget hold's id, as POST /holds answers it. */
 export const holdId = z.uuid('must be a UUID: a hold_id POST /holds answered').transform((s) => s.toLowerCase())
 
 export const EVENT_TYPES = ['llm_call', 'tool_call', 'agent_start', 'agent_end'] as const
 /** The flat token fields of an llm_call (or, instead, a usage object). */
 export const TOKEN_FIELDS = ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const
 
-/** The body of POST /events (SPEC.md 2.2 plus the optional fields of DECISIONS.md). */
+/** The body of POST /events; a field not named here is refused. */
 export const eventBody = z
   .strictObject({
     agent_id: agentId,
@@ -39,7 +39,7 @@ export const eventBody = z
     output_tokens: tokens.optional(),
     cache_read_tokens: tokens.optional(),
     cache_write_tokens: tokens.optional(),
-    // The provider's usage object as its SDK returned it, instead of the token fields (issue 10).
+    // The provider's usage object as its SDK returned it, instead of the token fields.
     usage: z.record(z.string(), z.unknown(), { error: "must be an object: the SDK's usage object" }).optional(),
     provider: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
     api_flavor: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
@@ -47,7 +47,7 @@ export const eventBody = z
     service_tier: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
     tool_name: z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters').nullable().optional(),
     metadata: metadata.optional(),
-    // The budget hold this llm_call settles (issue 13): the hold_id POST /holds answered.
+    // The budget hold this llm_call settles: the hold_id POST /holds answered.
     hold_id: holdId.optional(),
   })
   .superRefine((e, ctx) => {
@@ -74,7 +74,7 @@ export const eventBody = z
     for (const field of ['provider', 'api_flavor'] as const) {
       if (e[field] !== undefined) ctx.addIssue({ code: 'custom', path: [field], message: 'is only sent with usage' })
     }
-    // Cache tokens are parts of input_tokens (DECISIONS.md), so they cannot exceed it.
+    // Cache tokens are parts of input_tokens, so they cannot exceed it.
     if ((e.cache_read_tokens ?? 0) + (e.cache_write_tokens ?? 0) > (e.input_tokens ?? 0)) {
       ctx.addIssue({ code: 'custom', path: ['cache_read_tokens'], message: 'cache_read_tokens + cache_write_tokens must not exceed input_tokens' })
     }

@@ -1,11 +1,11 @@
 import { z } from 'zod'
 import { agentId, holdId, tokens } from './event.ts'
 
-/** How long a hold lives unless its call settles it first (issue 13), and at most. */
+/** How long a hold lives unless its call settles it first, and at most. */
 export const DEFAULT_HOLD_TTL_SECONDS = 300
 export const MAX_HOLD_TTL_SECONDS = 3600
 
-/** POST /holds (issue 13): the worst case of a coming llm_call, to reserve against the budget. */
+/** POST /holds: the worst case of a coming llm_call, to reserve against the budget. */
 export const holdBody = z.strictObject({
   agent_id: agentId,
   model: z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters'),

@@ -26,7 +26,7 @@ export const agentParams = z.strictObject({ agent_id: agentId })
 /** A page cursor of the audit log (next_before): the record's time, sequence and id. */
 const AUDIT_CURSOR = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z)_(\d{1,20})_([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$/
 
-/** GET /audit (issue 12): `before` is a next_before cursor, or an ISO time (records strictly older). */
+/** GET /audit: `before` is a next_before cursor, or an ISO time (records strictly older). */
 export const auditQuery = z.strictObject({
   agent_id: agentId.optional(),
   scope: z.enum(AUDIT_SCOPES).optional(),

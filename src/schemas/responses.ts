@@ -4,7 +4,7 @@ import { AUDIT_SCOPES } from '../storage/audit.ts'
 import { EVENT_TYPES } from './event.ts'
 
 /**
- * What each route answers (issue 14: the OpenAPI document, src/openapi.ts). Strict objects:
+ * What each route answers, for the OpenAPI document (src/openapi.ts). Strict objects:
  * test/openapi.test.ts checks real answers against them, so a field the service adds without
  * saying so here fails it.
  */

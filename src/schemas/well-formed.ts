@@ -1,10 +1,10 @@
 import { Problem } from '../errors.ts'
 
-/** How deep a request's JSON may nest: the body itself is one level, `metadata` another (DECISIONS.md "Value rules"). */
+/** How deep a request's JSON may nest: the body itself is one level, `metadata` another. */
 export const MAX_DEPTH = 32
 
 /**
- * Checks request data at the edge (issue 9), before any schema: every string, object keys
+ * Checks request data at the edge, before any schema: every string, object keys
  * included, must be well-formed Unicode (a lone UTF-16 surrogate, which JSON's \u escapes
  * can carry, is refused: ClickHouse, Redis key names and URLs cannot hold it as it is), and
  * objects and arrays nest at most MAX_DEPTH levels. Throws a 400 problem naming the first

@@ -5,7 +5,7 @@ import { nanoToUsd, type Nano } from '../money.ts'
 import { maskWebhookUrl } from '../notify/webhook.ts'
 import { toChDateTime } from './clickhouse.ts'
 import { agentsFilter, agentsParams } from './events.ts'
-import { insert, select } from './query.ts'
+import { select } from './query.ts'
 import { nextVersion } from './version.ts'
 
 const int = z.coerce.number().int()
@@ -89,10 +89,6 @@ export function shownConfig(p: AgentPolicy): string {
   return JSON.stringify(formatConfig(p))
 }
 
-export function upsertConfig(client: ClickHouseClient, row: ConfigRow): Promise<void> {
-  return insert(client, 'agent_configs', [row])
-}
-
 // argMax over the version rather than FINAL: the newest row wins even before a merge.
 // (argMax skips NULLs, so a removed webhook URL is kept as '' in the row, read as null.)
 const LATEST = `SELECT user_id, agent_id,
@@ -105,16 +101,6 @@ const LATEST = `SELECT user_id, agent_id,
     toString(argMax(updated_at, version)) AS last_updated_at,
     max(version) AS last_version
   FROM agent_configs`
-
-export async function getConfig(client: ClickHouseClient, userId: string, agentId: string): Promise<ConfigRow | null> {
-  const rows = await select(
-    client,
-    `${LATEST} WHERE user_id = {user:String} AND agent_id = {agent:String} GROUP BY user_id, agent_id`,
-    { user: userId, agent: agentId },
-    latestRow,
-  )
-  return rows[0] ?? null
-}
 
 /** Every agent's current config, or those of a batch of agents, for rebuilding the hot state. */
 export function allConfigs(client: ClickHouseClient, refs?: readonly AgentRef[]): Promise<ConfigRow[]> {

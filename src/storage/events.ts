@@ -5,7 +5,7 @@ import type { Nano } from '../money.ts'
 import { fromChDateTime } from './clickhouse.ts'
 import { fingerprintOf } from '../hot-state/dedup.ts'
 import { clickhouseFailure } from './failures.ts'
-import { insert, select } from './query.ts'
+import { select } from './query.ts'
 
 /** A row of the events table as burnrate writes it. */
 export interface EventRow {
@@ -19,7 +19,7 @@ export interface EventRow {
   output_tokens: number
   cache_read_tokens: number
   cache_write_tokens: number
-  /** Every billed quantity by the price library's names (issue 10); absent in rows written before it. */
+  /** Every billed quantity by the price library's names; absent in rows written before sql/0009. */
   quantities?: Record<string, number>
   /** Quantities the price data had no price for ('service_tier' for a tier PRICES_FILE does not price). */
   unpriced_quantities?: string[]
@@ -54,7 +54,7 @@ const eventRow = z.object({
   price_fallback: z.coerce.boolean(),
 })
 
-/** The event as the read API shows it (DECISIONS.md "Read responses"). */
+/** The event as the read API shows it. */
 const storedEvent = eventRow.transform((r) => ({
   event_id: r.event_id,
   agent_id: r.agent_id,
@@ -78,11 +78,6 @@ export type StoredEvent = z.output<typeof storedEvent>
 
 const EVENT_COLUMNS = `user_id, agent_id, timestamp, event_id, event_type, model, input_tokens, output_tokens,
   cache_read_tokens, cache_write_tokens, quantities, unpriced_quantities, service_tier, tool_name, metadata, cost_nano, price_fallback`
-
-/** One INSERT for a batch; the same `token` again stores nothing (see insert()). */
-export function insertEvents(client: ClickHouseClient, rows: readonly EventRow[], token?: string): Promise<void> {
-  return insert(client, 'events', rows, token)
-}
 
 /** The user's most recent events across all agents, newest first. */
 export function recentEvents(client: ClickHouseClient, userId: string, limit: number, sinceMs = 0): Promise<StoredEvent[]> {
@@ -250,7 +245,7 @@ interface ScanBatch {
  * the in-process hot state without holding the window in memory: ClickHouse computes each
  * event id's fingerprint, and the rows come as RowBinary in reads of about SCAN_ROWS rows,
  * whole agents each, in the table's own order (no sort). Ten million events as JSON objects
- * took the process past its heap (issue 11). An agent with more events than a read is read
+ * took the process past its heap. An agent with more events than a read is read
  * in time slices of about that many (at its timestamps' quantiles), its run going on from
  * one read to the next: one agent of 10 M events was one 450 MB read.
  */

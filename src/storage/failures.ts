@@ -58,7 +58,7 @@ export function clickhouseCode(err: unknown): number | null {
  * failover, out of memory. Other replies (ERR from a script, WRONGTYPE) are defects.
  */
 // MOVED and ASK reach us only when the cluster client could not follow them itself (a pipeline
-// caught mid-failover, issue 15): it has refreshed its slots, and a retry goes to the new master.
+// caught mid-failover): it has refreshed its slots, and a retry goes to the new master.
 const TRANSIENT_REDIS_REPLIES: ReadonlySet<string> = new Set(['LOADING', 'BUSY', 'MASTERDOWN', 'READONLY', 'TRYAGAIN', 'CLUSTERDOWN', 'OOM', 'NOREPLICAS', 'MISCONF', 'MOVED', 'ASK'])
 
 /** What a failed Redis call means (see clickhouseFailure). ioredis raises a ReplyError for an error reply. */

@@ -27,13 +27,6 @@ export async function select<S extends z.ZodType>(
 }
 
 /**
- * One INSERT. `token` makes it idempotent: ClickHouse stores a block with a token it has
- * seen within the table's deduplication window once (sql/0007). Without one, the INSERT gets
- * a token of its own: an empty token would deduplicate by content, and two different
- * batches that aggregate to the same hourly_cost row would lose one. The setting is always
- * sent: chDB keeps a query's settings for the next query of its session.
- */
-/**
  * One INSERT of rows already encoded as JSON, one per line, sent as they are: the journal
  * keeps rows as JSON, and decoding a batch only to encode it again cost the main thread tens
  * of milliseconds a second. Embedded, chDB's raw insert parses them off the main thread; a
@@ -56,6 +49,13 @@ export async function insertJsonLines(client: ClickHouseClient, table: string, b
   }
 }
 
+/**
+ * One INSERT. `token` makes it idempotent: ClickHouse stores a block with a token it has
+ * seen within the table's deduplication window once (sql/0007). Without one, the INSERT gets
+ * a token of its own: an empty token would deduplicate by content, and two different
+ * batches that aggregate to the same hourly_cost row would lose one. The setting is always
+ * sent: chDB keeps a query's settings for the next query of its session.
+ */
 export async function insert(client: ClickHouseClient, table: string, values: readonly object[], token: string = randomUUID()): Promise<void> {
   if (values.length === 0) return
   try {

@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto'
 
 /**
- * How burnrate names its Redis keys (issue 8): every key of a user -- its agents' hot state,
+ * How burnrate names its Redis keys: every key of a user -- its agents' hot state,
  * its own state, the journal streams its rows go to -- carries the hash tag of the user's
  * partition, {p<n>}, so one script can touch them all in one Redis Cluster slot.
  */

@@ -2,7 +2,7 @@ import { Cluster, Redis, type ChainableCommander } from 'ioredis'
 import type { RedisTarget } from '../config.ts'
 import { StoreUnavailableError } from '../errors.ts'
 
-/** One Redis, or a Redis Cluster (issue 15): the same code paths run on either. */
+/** One Redis, or a Redis Cluster: the same code paths run on either. */
 export type RedisClient = Redis | Cluster
 
 /** Reconnect forever, backing off to 2 s: the instance recovers by itself. */
@@ -38,7 +38,7 @@ export function createRedis(target: RedisTarget, log: { warn(obj: object, msg: s
 }
 
 /**
- * How many replicas must hold a write before it is answered (REDIS_WAIT_REPLICAS, issue 15).
+ * How many replicas must hold a write before it is answered (REDIS_WAIT_REPLICAS).
  * Redis replicates asynchronously: a master that fails over right after answering may take
  * its last writes with it. With `replicas` > 0 each durable write is followed by WAIT on the
  * same connection (the node that ran it), and one that fewer replicas confirm within
@@ -94,7 +94,7 @@ export function watch(redis: RedisClient, log: { warn(obj: object, msg: string):
 
 /**
  * With REDIS_URL, Redis holds the journal: an acknowledged event is as durable as Redis
- * makes it (issue 8). Warns when Redis would lose acknowledged events on a restart (no AOF)
+ * makes it. Warns when Redis would lose acknowledged events on a restart (no AOF)
  * or up to a second of them on a power loss (appendfsync no); a managed Redis that refuses
  * CONFIG GET gets a warning that names what to check.
  */

@@ -7,7 +7,7 @@ import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { migrate } from '../../src/storage/migrations.ts'
 import { startClickHouseServer } from '../helpers/clickhouse-server.ts'
 
-// Issue 8: nothing on the path of POST /events may need ClickHouse, key verification included.
+// Nothing on the path of POST /events may need ClickHouse, key verification included.
 // A ClickHouse server (the real engine behind the HTTP interface) that can go away for real.
 let server: Awaited<ReturnType<typeof startClickHouseServer>>
 let clickhouse: ClickHouseClient
@@ -68,7 +68,7 @@ describe('API key verification while ClickHouse is away', () => {
   })
 })
 
-describe('API keys nobody has (issue 9: floods of made-up keys)', () => {
+describe('API keys nobody has (floods of made-up keys)', () => {
   it('refuses a key not shaped like one without a read, and remembers an unknown one for the TTL', async () => {
     const clock = new ManualClock()
     const keys = new ApiKeys(clickhouse, { clock, cacheTtlMs: 5000 })

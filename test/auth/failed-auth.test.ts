@@ -3,7 +3,7 @@ import { generateKey } from '../../src/auth/api-keys.ts'
 import { ManualClock } from '../../src/clock.ts'
 import { llmCall, startHarness, unique, type Harness } from '../helpers/harness.ts'
 
-// Issue 9: an address that keeps presenting keys that fail is answered 429 before any key
+// An address that keeps presenting keys that fail is answered 429 before any key
 // look-up, for the rest of the minute; keys already verified keep working from it.
 const clock = new ManualClock(Date.now())
 let h: Harness

@@ -31,7 +31,7 @@ export interface RedisCluster {
 }
 
 /**
- * A Redis Cluster of the test file's own (issue 15), from the machine's redis-server: three
+ * A Redis Cluster of the test file's own, from the machine's redis-server: three
  * masters with one replica each, AOF on, created with `redis-cli --cluster create`, resolved
  * once every node says cluster_state:ok and every slot is served.
  */

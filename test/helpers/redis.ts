@@ -12,7 +12,7 @@ const READY_MS = 10_000
 
 /**
  * A redis-server of the test file's own (one per file, in beforeAll), on a free port of
- * 127.0.0.1, with the persistence production needs (DECISIONS.md: AOF, appendfsync
+ * 127.0.0.1, with the persistence production needs (AOF, appendfsync
  * everysec) in a directory of its own: tests never share Redis state, and a test that
  * restarts it on the same `dir` finds what it held.
  */

@@ -6,12 +6,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DEFAULT_POLICY, fleetOf } from '../../src/hot-state/types.ts'
 import { agentLoader } from '../../src/ingest/rebuild.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
-import { configRow, upsertConfig } from '../../src/storage/configs.ts'
-import { insertEvents } from '../../src/storage/events.ts'
+import { configRow } from '../../src/storage/configs.ts'
 import { migrate } from '../../src/storage/migrations.ts'
+import { insert } from '../../src/storage/query.ts'
 import { eventRow } from '../helpers/rows.ts'
 
-// Issue 8, item 5: agents missing from Redis are loaded in batches, one batch of reads for
+// Agents missing from Redis are loaded in batches, one batch of reads for
 // all that are missing at that moment, on the real engine.
 const NOW = Date.UTC(2026, 5, 1, 12, 0, 0)
 let clickhouse: ClickHouseClient
@@ -22,13 +22,13 @@ beforeAll(async () => {
   clickhouse = createClickHouse({ clickhouse: { kind: 'embedded', path: join(mkdtempSync(join(tmpdir(), 'burnrate-loader-')), 'ch') }, clickhouseDatabase: 'default' })
   await migrate(clickhouse)
   // u1's agent "a" and u2's agent "b" have history; u1 has no "b" and u2 no "a".
-  await insertEvents(clickhouse, [
+  await insert(clickhouse, 'events', [
     eventRow({ user_id: 'u1', agent_id: 'a', event_id: id(), at: NOW - 60_000, cost_nano: 5 }),
     eventRow({ user_id: 'u1', agent_id: 'a', event_id: id(), at: NOW - 60_000, cost_nano: 7 }),
     eventRow({ user_id: 'u2', agent_id: 'b', event_id: id(), at: NOW - 120_000, cost_nano: 11 }),
     eventRow({ user_id: 'u2', agent_id: 'b', event_id: id(), at: NOW - 25 * 3_600_000, cost_nano: 1000 }), // out of the window
   ])
-  await upsertConfig(clickhouse, configRow({ userId: 'u2', agentId: 'b' }, { ...DEFAULT_POLICY, thresholdNano: 3, autoResume: true }, NOW, 'system'))
+  await insert(clickhouse, 'agent_configs', [configRow({ userId: 'u2', agentId: 'b' }, { ...DEFAULT_POLICY, thresholdNano: 3, autoResume: true }, NOW, 'system')])
 })
 afterAll(() => clickhouse?.close())
 
@@ -53,12 +53,12 @@ describe('loading agents from ClickHouse', () => {
   })
 
   it('loads a fleet (the agent \'\' of its user) as the sums of all its agents\' minutes, with its own config, in the same batch', async () => {
-    await insertEvents(clickhouse, [
+    await insert(clickhouse, 'events', [
       eventRow({ user_id: 'f', agent_id: 'x', event_id: id(), at: NOW - 60_000, cost_nano: 5 }),
       eventRow({ user_id: 'f', agent_id: 'y', event_id: id(), at: NOW - 60_000, cost_nano: 7 }),
       eventRow({ user_id: 'f', agent_id: 'y', event_id: id(), at: NOW - 180_000, cost_nano: 2 }),
     ])
-    await upsertConfig(clickhouse, configRow(fleetOf('f'), { ...DEFAULT_POLICY, thresholdNano: 20, alertAt: [0.5] }, NOW, 'key-1'))
+    await insert(clickhouse, 'agent_configs', [configRow(fleetOf('f'), { ...DEFAULT_POLICY, thresholdNano: 20, alertAt: [0.5] }, NOW, 'key-1')])
     const load = agentLoader(clickhouse)
     const [fleet, x, other] = await Promise.all([load(fleetOf('f'), NOW), load({ userId: 'f', agentId: 'x' }, NOW), load(fleetOf('u1'), NOW)])
     expect(load.stats.batches).toBe(1)

@@ -8,15 +8,14 @@ import { DEFAULT_POLICY, fleetOf } from '../../src/hot-state/types.ts'
 import { rebuildHotState } from '../../src/ingest/rebuild.ts'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
-import { configRow, upsertConfig } from '../../src/storage/configs.ts'
-import { insertEvents } from '../../src/storage/events.ts'
+import { configRow } from '../../src/storage/configs.ts'
 import { migrate } from '../../src/storage/migrations.ts'
 import { ignoredRow } from '../../src/storage/ignored.ts'
 import { insert } from '../../src/storage/query.ts'
 import { transitionRow } from '../../src/storage/transitions.ts'
 import { eventRow } from '../helpers/rows.ts'
 
-// Issue 8: the embedded hot state is rebuilt from ClickHouse plus the journal rows not yet
+// The embedded hot state is rebuilt from ClickHouse plus the journal rows not yet
 // shipped, each event counted once and each agent's config and pause state the newest by version.
 const NOW = Date.UTC(2026, 5, 1, 12, 0, 0)
 let clickhouse: ClickHouseClient
@@ -35,12 +34,12 @@ describe('rebuilding the in-process hot state', () => {
     const journal = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-rebuild-j-')), fsync: false, maxRows: 1000 })
     const shipped = eventRow({ user_id: 'u', agent_id: 'a', event_id: '00000000-0000-4000-d000-000000000001', at: NOW - 60_000, cost_nano: 5 })
     const unshipped = eventRow({ user_id: 'u', agent_id: 'a', event_id: '00000000-0000-4000-d000-000000000002', at: NOW - 30_000, cost_nano: 7 })
-    await insertEvents(clickhouse, [shipped])
+    await insert(clickhouse, 'events', [shipped])
     // ClickHouse has an older config of "a" and a newer one of "b" than the journal.
-    await upsertConfig(clickhouse, configRow({ userId: 'u', agentId: 'a' }, policy(1), NOW - 5000, 'system'))
+    await insert(clickhouse, 'agent_configs', [configRow({ userId: 'u', agentId: 'a' }, policy(1), NOW - 5000, 'system')])
     const staleB = configRow({ userId: 'u', agentId: 'b' }, policy(2), NOW - 4000, 'system')
     const newerA = configRow({ userId: 'u', agentId: 'a' }, policy(3), NOW - 3000, 'system')
-    await upsertConfig(clickhouse, configRow({ userId: 'u', agentId: 'b' }, policy(4), NOW - 2000, 'system'))
+    await insert(clickhouse, 'agent_configs', [configRow({ userId: 'u', agentId: 'b' }, policy(4), NOW - 2000, 'system')])
     const paused = { ...transition('a', true, NOW - 1000), version: newerA.version + 1 }
     await journal.append(
       [
@@ -60,13 +59,13 @@ describe('rebuilding the in-process hot state', () => {
     await journal.close()
   })
 
-  it('sums every agent of a user into its fleet, with the fleet\'s config and pause state, and acts on a crossing stored before a crash (issue 12)', async () => {
+  it('sums every agent of a user into its fleet, with the fleet\'s config and pause state, and acts on a crossing stored before a crash', async () => {
     const journal = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-rebuild-j-')), fsync: false, maxRows: 1000 })
     const row = (agent_id: string, n: number, cost_nano: number) =>
       eventRow({ user_id: 'fleet-u', agent_id, event_id: `00000000-0000-4000-f000-00000000000${n}`, at: NOW - 60_000, cost_nano })
-    await insertEvents(clickhouse, [row('a', 1, 5e8), row('b', 2, 4e8)])
-    await upsertConfig(clickhouse, configRow(fleetOf('fleet-u'), policy(1), NOW - 5000, 'key-1'))
-    await upsertConfig(clickhouse, configRow(fleetOf('paused-u'), policy(1), NOW - 5000, 'key-1'))
+    await insert(clickhouse, 'events', [row('a', 1, 5e8), row('b', 2, 4e8)])
+    await insert(clickhouse, 'agent_configs', [configRow(fleetOf('fleet-u'), policy(1), NOW - 5000, 'key-1')])
+    await insert(clickhouse, 'agent_configs', [configRow(fleetOf('paused-u'), policy(1), NOW - 5000, 'key-1')])
     // The fleet's events, a and b shipped and c in the journal, cross its budget together
     // without a transition stored (a budget lowered by a config, or a crash of an earlier
     // release); another user's fleet was paused by hand.
@@ -80,7 +79,7 @@ describe('rebuilding the in-process hot state', () => {
     await journal.close()
   })
 
-  it('keeps an ignoring-pause flag raised for the pause that still holds: a restart raises it no second time (issue 13)', async () => {
+  it('keeps an ignoring-pause flag raised for the pause that still holds: a restart raises it no second time', async () => {
     const journal = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-rebuild-j-')), fsync: false, maxRows: 1000 })
     const ref = { userId: 'deaf-u', agentId: 'deaf' }
     const pausedAt = NOW - 120_000
@@ -96,12 +95,12 @@ describe('rebuilding the in-process hot state', () => {
     await journal.close()
   })
 
-  it('takes the alert levels the totals are at as fired: a restart sends no alert again (issue 12)', async () => {
+  it('takes the alert levels the totals are at as fired: a restart sends no alert again', async () => {
     const journal = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-rebuild-j-')), fsync: false, maxRows: 1000 })
     const ref = { userId: 'alerts', agentId: 'a' }
     // 0.85 of a 1 USD budget with levels 0.5 and 0.9: 0.5 fired before the restart, 0.9 not yet.
-    await upsertConfig(clickhouse, configRow(ref, { ...policy(1), alertAt: [0.5, 0.9] }, NOW - 5000, 'system'))
-    await insertEvents(clickhouse, [eventRow({ user_id: 'alerts', agent_id: 'a', event_id: '00000000-0000-4000-d000-0000000000a1', at: NOW - 60_000, cost_nano: 0.85e9 })])
+    await insert(clickhouse, 'agent_configs', [configRow(ref, { ...policy(1), alertAt: [0.5, 0.9] }, NOW - 5000, 'system')])
+    await insert(clickhouse, 'events', [eventRow({ user_id: 'alerts', agent_id: 'a', event_id: '00000000-0000-4000-d000-0000000000a1', at: NOW - 60_000, cost_nano: 0.85e9 })])
     const hs = new MemoryHotState(journal)
     await rebuildHotState(clickhouse, hs, NOW, journal.unshipped())
     const next = (id: string, costNano: number) => ({ ...ref, eventId: id, costNano, llmCall: true, at: NOW, row: eventRow({ user_id: 'alerts', agent_id: 'a', event_id: id, at: NOW, cost_nano: costNano }) })

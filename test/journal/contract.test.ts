@@ -10,7 +10,7 @@ import { startRedis } from '../helpers/redis.ts'
 import { startRedisCluster } from '../helpers/redis-cluster.ts'
 
 /**
- * What every journal must do (issue 8): the embedded segment log and the Redis streams run
+ * What every journal must do: the embedded segment log and the Redis streams run
  * the same cases, so the shipper can rely on one behaviour.
  */
 type Journal = JournalSource & { append(rows: readonly JournalRow[], now: number): Promise<void> }
@@ -58,7 +58,7 @@ const implementations: Array<[string, (maxRows: number) => Promise<Opened>]> = [
     },
   ],
   [
-    // Issue 15: on a real cluster of three masters with a replica each, the partitions'
+    // On a real cluster of three masters with a replica each, the partitions'
     // streams spread over the masters. The bound is spread over the partitions.
     'Redis streams on a cluster',
     async (maxRows) => {

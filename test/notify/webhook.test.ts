@@ -126,7 +126,8 @@ describe('delivery', () => {
   })
 
   it('sends a slow receiver its message once: 200 after the deadline is not a reason to send it again', async () => {
-    // Answers each request after 3 deadlines (the 7 s against a 5 s timeout, scaled down).
+    // Answers each request after 3 deadlines (a receiver taking 7 s against a 5 s timeout,
+    // scaled down).
     const rx = await startReceiver((_, res) => setTimeout(() => reply(200)(res), 600))
     const { n, warnings } = notifier({ timeoutMs: 200 })
 

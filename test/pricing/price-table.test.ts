@@ -20,7 +20,7 @@ function countingCatalogue(): { resolver: CatalogueResolver; calls: () => number
   }
 }
 
-describe('cost formula (SPEC 4.1) on catalogue prices', () => {
+describe('cost formula on catalogue prices', () => {
   const table = createPriceTable({})
 
   it('prices gpt-4o 1000 in / 500 out at 2.5 and 10 USD per 1M: 0.0075 USD', () => {

@@ -4,7 +4,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startHarness, unique, type Harness } from '../helpers/harness.ts'
 
 /**
- * Issue 10: an llm_call may carry the provider's usage object as its SDK returned it. The
+ * An llm_call may carry the provider's usage object as its SDK returned it. The
  * cost burnrate stores must be the price library's own calculation for that usage, to the
  * nano-dollar, and every billed quantity is kept on the event.
  */

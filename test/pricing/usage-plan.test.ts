@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest'
 import { priceQuantities, type Quantities } from '../../src/pricing/usage.ts'
 
 /**
- * Issue 10: pricing is memoised per (model, quantity set) by narrowing the model's price
+ * Pricing is memoised per (model, quantity set) by narrowing the model's price
  * data to the keys a quantity set reaches (src/pricing/usage.ts). Whatever the set and the
  * counts, the cost must stay the library's own full calculation to the nano-dollar, and a
  * usage the library refuses must still be refused.

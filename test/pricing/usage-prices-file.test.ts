@@ -8,7 +8,7 @@ import { freshDataDir } from '../helpers/process.ts'
 import { startHarness, unique, type Harness } from '../helpers/harness.ts'
 
 /**
- * Issue 10: PRICES_FILE prices any quantity of a model (an in-house fine-tune with audio),
+ * PRICES_FILE prices any quantity of a model (an in-house fine-tune with audio),
  * applied by the price library's own calculation, and gives service tiers their multipliers.
  */
 const PRICES = {

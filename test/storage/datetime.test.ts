@@ -2,7 +2,7 @@ import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import { chDateTimeToMs, toChDateTime, toChDateTime64us } from '../../src/storage/clickhouse.ts'
 
-/** ClickHouse's DateTime64 text, formatted from a cached second (issue 11): the same as a Date's, in any order of calls. */
+/** ClickHouse's DateTime64 text, formatted from a cached second: the same as a Date's, in any order of calls. */
 describe('ClickHouse date-time text', () => {
   const reference = (ms: number) => new Date(ms).toISOString().replace('T', ' ').replace('Z', '')
 

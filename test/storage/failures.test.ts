@@ -8,7 +8,7 @@ import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { select } from '../../src/storage/query.ts'
 import { z } from 'zod'
 
-// Issue 8, item 8: a store that does not answer is a 503 naming it; a defect is a 500.
+// A store that does not answer is a 503 naming it; a defect is a 500.
 describe('ClickHouse failures, by type', () => {
   it('passes a query defect through as it is (a 500), never as an outage', async () => {
     const client = createClickHouse({ clickhouse: { kind: 'embedded', path: join(mkdtempSync(join(tmpdir(), 'burnrate-fail-')), 'ch') }, clickhouseDatabase: 'default' })

@@ -6,18 +6,17 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprint } from '../../src/hot-state/dedup.ts'
 import { DEFAULT_POLICY } from '../../src/hot-state/types.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
-import { configRow, getConfig, upsertConfig } from '../../src/storage/configs.ts'
+import { allConfigs, configRow } from '../../src/storage/configs.ts'
 import {
   agentTotals,
   costByModel,
   hourlyCost,
-  insertEvents,
   scanWindow,
   seenEvents,
   windowMinutes,
 } from '../../src/storage/events.ts'
 import { migrate, readMigrations } from '../../src/storage/migrations.ts'
-import { insertJsonLines } from '../../src/storage/query.ts'
+import { insert, insertJsonLines } from '../../src/storage/query.ts'
 import { startClickHouseServer } from '../helpers/clickhouse-server.ts'
 import { dockerAvailable } from '../helpers/docker.ts'
 import { eventRow } from '../helpers/rows.ts'
@@ -49,7 +48,7 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
 
   it('sums per agent and model, fills the hourly view, and counts a twice-stored event id once for rebuilds', async () => {
     const id = (n: number) => `00000000-0000-4000-8000-${String(n).padStart(12, '0')}`
-    await insertEvents(client, [
+    await insert(client, 'events', [
       row({ event_id: id(1), at: T }),
       row({ event_id: id(2), at: T + 1, model: 'gpt-4o-mini', cost_nano: 7 }),
       row({ event_id: id(3), at: T + 2, event_type: 'tool_call', model: '', tool_name: 'x', cost_nano: 0 }),
@@ -87,7 +86,7 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
       row({ event_id: id(5), at, user_id: 'scan2', agent_id: 'a', cost_nano: 7 }),
       row({ event_id: id(6), at: at - 1, user_id: 'scan', agent_id: 'a', cost_nano: 1 }), // before the window
     ]
-    await insertEvents(client, rows)
+    await insert(client, 'events', rows)
     // Reads of one row (agent b, of three, read in time slices, its run going on from one to
     // the next), of two, and all agents in one read give the same runs.
     for (const scanRows of [1, 2, 1_000_000]) {
@@ -127,10 +126,10 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
   it('stores a batch delivered twice with its token once, in events and in the hourly view', async () => {
     const id = (n: number) => `00000000-0000-4000-a000-${String(n).padStart(12, '0')}`
     const batch = [row({ event_id: id(1), at: T, agent_id: 'twice' }), row({ event_id: id(2), at: T + 1, agent_id: 'twice' })]
-    await insertEvents(client, batch, 'journal:7:1-2')
-    await insertEvents(client, batch, 'journal:7:1-2') // the crash between INSERT and acknowledgement
+    await insert(client, 'events', batch, 'journal:7:1-2')
+    await insert(client, 'events', batch, 'journal:7:1-2') // the crash between INSERT and acknowledgement
     // Another batch whose rows differ but whose hourly sums are the same as the first's.
-    await insertEvents(client, [row({ event_id: id(3), at: T + 2, agent_id: 'twice' }), row({ event_id: id(4), at: T + 3, agent_id: 'twice' })], 'journal:7:3-4')
+    await insert(client, 'events', [row({ event_id: id(3), at: T + 2, agent_id: 'twice' }), row({ event_id: id(4), at: T + 3, agent_id: 'twice' })], 'journal:7:3-4')
     expect(await agentTotals(client, 'u', T, 'twice')).toEqual([{ agent_id: 'twice', cost_nano: 400, llm_calls: 4 }])
     const hours = await hourlyCost(client, 'u', 'twice', T - 3_600_000)
     expect(hours.map((h) => [h.cost_nano, h.llm_calls])).toEqual([[400, 4]])
@@ -147,10 +146,12 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
 
   it('reads the newest config, even for two writes in one millisecond', async () => {
     const ref = { userId: 'u', agentId: 'cfg' }
-    await upsertConfig(client, configRow(ref, { ...DEFAULT_POLICY, thresholdNano: 1, webhookUrl: 'https://hooks.example.com/x' }, T, 'system'))
-    await upsertConfig(client, configRow(ref, { ...DEFAULT_POLICY, thresholdNano: 2 }, T, 'system'))
-    expect(await getConfig(client, 'u', 'cfg')).toMatchObject({ threshold_nano: 2, slack_webhook_url: null })
-    expect(await getConfig(client, 'v', 'cfg')).toBeNull()
+    await insert(client, 'agent_configs', [configRow(ref, { ...DEFAULT_POLICY, thresholdNano: 1, webhookUrl: 'https://hooks.example.com/x' }, T, 'system')])
+    await insert(client, 'agent_configs', [configRow(ref, { ...DEFAULT_POLICY, thresholdNano: 2 }, T, 'system')])
+    const configs = await allConfigs(client, [ref])
+    expect(configs).toHaveLength(1)
+    expect(configs[0]).toMatchObject({ threshold_nano: 2, slack_webhook_url: null })
+    expect(await allConfigs(client, [{ userId: 'v', agentId: 'cfg' }])).toEqual([])
   })
 }
 

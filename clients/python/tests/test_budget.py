@@ -85,7 +85,7 @@ class BudgetTest(unittest.TestCase):
         self.assertEqual(self.errors, [])
 
     def test_a_fleet_budget_stops_every_agent_of_the_user_with_its_reason(self) -> None:
-        """Issue 12: fleet_budget is a pause like any other; refresh() sees the fleet resumed."""
+        """fleet_budget is a pause like any other; refresh() sees the fleet resumed."""
         assert S.server is not None
         from .support import Api
 
@@ -109,7 +109,7 @@ class BudgetTest(unittest.TestCase):
         self.assertEqual(self.errors, [])
 
     def test_a_velocity_pause_and_the_ignoring_pause_flag_are_surfaced(self) -> None:
-        """Issue 13: paused_reason "velocity"; refresh() reports ignoring_pause when something
+        """paused_reason "velocity"; refresh() reports ignoring_pause when something
         past this client goes on sending for the agent after its pause."""
         agent = unique("fast")
         self.assertEqual(S.api.call("POST", "/config", {"agent_id": agent, "velocity_limit_usd": 0.01, "velocity_window_minutes": 5})[0], 200)
@@ -124,7 +124,7 @@ class BudgetTest(unittest.TestCase):
         self.assertEqual(self.errors, [])
 
     def test_remaining_projection_and_on_alert_once_per_level(self) -> None:
-        """Issue 12: what is left, when it runs out, and each alert level crossed told once."""
+        """What is left, when it runs out, and each alert level crossed told once."""
         agent = unique("alerts")
         seen: List[object] = []
         br = self.client(agent, cost_threshold_usd=0.03, alert_at=(0.75, 0.5), on_alert=lambda levels, answer: seen.append((levels, answer["total_cost_24h"])))

@@ -225,8 +225,8 @@ class GuardTest(unittest.TestCase):
         self.assertEqual(deletes(proxy), ["/holds/" + str(guard.hold_id)])
         self.assertEqual(held(agent), 0)
 
-        # Paused by another call while this one ran: its report is not sent (SPEC.md 3), so
-        # nothing settled the hold, and it is released.
+        # Paused by another call while this one ran: its report is not sent (a paused client
+        # sends nothing more), so nothing settled the hold, and it is released.
         with br.guard(**CALL) as guard:
             S.api.set_paused(agent, True)
             self.assertIs(br.start(), False)

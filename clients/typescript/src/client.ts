@@ -176,7 +176,7 @@ export class Burnrate {
   }
 
   /**
-   * Whether burnrate flagged this agent for calling the model after its pause (issue 13), as
+   * Whether burnrate flagged this agent for calling the model after its pause, as
    * of the last refresh(): something sends for it past this client. False before any refresh.
    */
   get ignoringPause(): boolean {
@@ -200,8 +200,8 @@ export class Burnrate {
   }
 
   /**
-   * Posts one event (SPEC.md 2.2 fields without agent_id). Resolves true while the agent
-   * may go on, false once it is paused (then nothing more is sent) or, with failMode
+   * Posts one event (the fields of POST /events without agent_id). Resolves true while the
+   * agent may go on, false once it is paused (then nothing more is sent) or, with failMode
    * "closed", when burnrate could not be reached. Rejects only with a TypeError for an
    * invalid event.
    */

@@ -1,7 +1,7 @@
 import { isUuid, randomUuid } from './id.js'
 import type { BurnrateEvent, EventType, GuardCall, Metadata } from './types.js'
 
-/** The server's value rules (DECISIONS.md), checked before anything is sent. */
+/** The server's value rules, checked before anything is sent. */
 export const MAX_TOKENS = 1_000_000_000
 export const MAX_NAME_LENGTH = 256
 export const MAX_METADATA_BYTES = 16 * 1024

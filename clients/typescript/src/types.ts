@@ -1,6 +1,6 @@
 import type { ProviderUsage, UsageSource } from './usage.js'
 
-/** The kinds of event burnrate accepts (SPEC.md 2.2). */
+/** The kinds of event burnrate accepts. */
 export type EventType = 'llm_call' | 'tool_call' | 'agent_start' | 'agent_end'
 
 /** Arbitrary key-value pairs stored with an event (a JSON object of at most 16 KiB). */

@@ -156,7 +156,7 @@ describe('start-up config and the pause signal', () => {
     expect(errors).toEqual([])
   })
 
-  it('exposes what is left and when it runs out, and tells onAlert once per level crossed (issue 12)', async () => {
+  it('exposes what is left and when it runs out, and tells onAlert once per level crossed', async () => {
     const id = agentName('alerts')
     const alerts: Array<{ levels: number[]; total: number }> = []
     const { c, errors } = make(id, { costThresholdUsd: 0.03, alertAt: [0.75, 0.5], onAlert: (a) => alerts.push({ levels: a.levels, total: nano(a.response.total_cost_24h) }) })
@@ -188,7 +188,7 @@ describe('start-up config and the pause signal', () => {
     expect(() => make(id, { alertAt: [0.5, 0.5] })).toThrow(TypeError)
   })
 
-  it('stops every agent of a user over its fleet budget, says why, and runs again once the fleet is resumed (issue 12)', async () => {
+  it('stops every agent of a user over its fleet budget, says why, and runs again once the fleet is resumed', async () => {
     const fleetKey = (await createKey(dataDir, agentName('fleet-user'), ['--rate-limit', '100000'])).key
     expect((await api(server.url, 'POST', '/config/fleet', fleetKey, { cost_threshold_usd: 0.01 })).status).toBe(200)
     const { c: one, errors } = make('one', { apiKey: fleetKey })
@@ -207,7 +207,7 @@ describe('start-up config and the pause signal', () => {
     expect(errors).toEqual([])
   })
 
-  it('surfaces a velocity pause and, after refresh(), the flag of an agent something else sends for after its pause (issue 13)', async () => {
+  it('surfaces a velocity pause and, after refresh(), the flag of an agent something else sends for after its pause', async () => {
     const id = agentName('fast')
     await api(server.url, 'POST', '/config', key, { agent_id: id, velocity_limit_usd: 0.01, velocity_window_minutes: 5 })
     const { c, errors } = make(id)
@@ -241,7 +241,8 @@ describe('start-up config and the pause signal', () => {
 
     expect(await c.refresh()).toBe(false)
     expect(c.paused).toBe(false)
-    // Resumed over budget: the manual resume holds (DECISIONS.md), so the agent runs on.
+    // Resumed over budget: a manual resume keeps auto-pause off until the total is back at or
+    // under the threshold, so the agent runs on.
     expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
     expect((await agent(id)).body).toMatchObject({ llm_calls: 3, is_paused: false })
 

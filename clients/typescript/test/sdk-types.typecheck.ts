@@ -1,5 +1,5 @@
 /**
- * The README's usage-helper lines against the SDKs' own types (issue 10), compiled by
+ * The README's usage-helper lines against the SDKs' own types, compiled by
  * `npm run typecheck` under `strict` and never run (they would call the providers). The
  * SDKs are dev dependencies of the repository's tests, not of the client: the client takes
  * any usage object, `undefined` and `null` included, as the SDKs type `usage`.

@@ -1,4 +1,4 @@
--- append: rows of one user to this instance's stream of the user's partition (issue 8).
+-- append: rows of one user to this instance's stream of the user's partition.
 -- The hot state's record script will append the same way, in its own atomic step.
 -- KEYS[1] {p}:j:<instance>  the stream        KEYS[2] {p}:fenced  instances whose journal was taken over
 -- ARGV[1] instance id  ARGV[2] appended at (ms)  ARGV[3] rows this stream may hold unshipped

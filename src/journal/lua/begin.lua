@@ -1,4 +1,4 @@
--- begin: record the batch an instance is about to INSERT, before the INSERT (issue 8).
+-- begin: record the batch an instance is about to INSERT, before the INSERT.
 -- KEYS[1] ship:<instance>  hash: owner, seq, intent (JSON), c<partition> (last shipped id)
 -- ARGV[1] the caller (the owner: the instance itself, or the one that took its journal over)
 -- ARGV[2] JSON {p: [first id, last id]} of the batch

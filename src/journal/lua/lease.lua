@@ -1,4 +1,4 @@
--- lease: keep, or take over, the ownership of an instance's journal (issue 8). Judged by
+-- lease: keep, or take over, the ownership of an instance's journal. Judged by
 -- Redis's own clock, so no two instances' clocks have to agree.
 -- KEYS[1] ship:<instance>  hash: owner, until (ms, Redis time), seq, intent, c<partition>
 -- ARGV[1] the caller  ARGV[2] lease (ms)  ARGV[3] 'renew' (the owner keeps it) or 'take'

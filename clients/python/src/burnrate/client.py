@@ -34,7 +34,7 @@ OnAlert = Callable[[List[float], Dict[str, Any]], None]
 
 logger = logging.getLogger("burnrate")
 
-# The server's rule for agent_id (DECISIONS.md "Value rules"): 1-128 characters, no C0, DEL or C1.
+# The server's rule for agent_id: 1-128 characters, no C0, DEL or C1.
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 # The server's bounds for POST /config.
 MAX_THRESHOLD_USD = 1_000_000
@@ -229,7 +229,7 @@ class Burnrate:
     # -- sending -------------------------------------------------------------------------
 
     def send(self, event: Mapping[str, Any]) -> bool:
-        """Post one event (SPEC.md 2.2 fields without agent_id). True: the agent may go on."""
+        """Post one event (POST /events fields without agent_id). True: the agent may go on."""
         return self._send(event)[0]
 
     def _send(self, event: Mapping[str, Any]) -> Tuple[bool, bool]:
@@ -237,7 +237,7 @@ class Burnrate:
         acknowledged cannot know its hold settled, so it releases it."""
         body = self._event_body(event)
         if self.paused:
-            return False, False  # SPEC.md 3: after paused = true the client sends nothing more.
+            return False, False  # After paused = true the client sends nothing more.
 
         if body.get("event_id") is None:
             # One id per event, kept across its retries: the server counts a repeat once.
@@ -414,7 +414,7 @@ class Burnrate:
     # -- internals -----------------------------------------------------------------------
 
     def _ensure_config(self) -> bool:
-        """POST /config until it succeeds once (SPEC.md 4.2). True if the config is in place."""
+        """POST /config until it succeeds once. True if the config is in place."""
         with self._lock:
             if not self._config_pending:
                 return True
@@ -433,7 +433,7 @@ class Burnrate:
 
     def _learn(self, answer: Dict[str, Any], *, event: bool) -> None:
         """Keep what an answer to POST /events (``event``) or POST /holds says, in one step: a
-        paused answer of either stops the client as SPEC.md 3 says."""
+        paused answer of either stops the client: it sends nothing more."""
         with self._lock:
             if event:
                 self._last_response = answer
@@ -603,7 +603,7 @@ class Guard:
         """POST /holds for the client's agent; the outcome in the guard's attributes."""
         client = self._client
         if client.paused:
-            self._refuse("paused", client.paused_reason)  # SPEC.md 3: nothing more is sent
+            self._refuse("paused", client.paused_reason)  # a paused client sends nothing more
             return
         # The hold is judged against the budget this client sets: that goes first.
         config_ok = client._ensure_config()
