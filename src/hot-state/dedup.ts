@@ -4,7 +4,7 @@ import { inWindow } from '../window.ts'
 
 /**
  * The event ids of the window, with the cost each was counted at, in at most 64 bytes per
- * id (issue 8: a Map of string keys cost over 100 bytes each, gigabytes a day for a fleet
+ * id (a Map of string keys cost over 100 bytes each, gigabytes a day for a fleet
  * sending 1,000 events a second).
  *
  * An id is kept as a 128-bit fingerprint of (user, agent, event id): the first 16 bytes of

@@ -2,7 +2,7 @@ import { Heap } from 'heap-js'
 import { Problem } from '../errors.ts'
 import type { Nano } from '../money.ts'
 
-/** An open budget hold (issue 13) of one agent, as the in-process hot state keeps it. */
+/** An open budget hold of one agent, as the in-process hot state keeps it. */
 export interface OpenHold {
   id: string
   agentId: string
@@ -53,7 +53,7 @@ export class HoldBook {
   }
 }
 
-/** An llm_call naming an open hold of another agent of its user (issue 13). */
+/** An llm_call naming an open hold of another agent of its user. */
 export function holdOfAnotherAgent(holdId: string): Problem {
   return new Problem('hold_not_found', `hold ${holdId} is not a hold of this agent`, { errors: [{ field: 'hold_id', message: 'names an open hold of another agent' }] })
 }

@@ -15,7 +15,7 @@ const WINDOW_MS = WINDOW_MINUTES * MINUTE_MS
 
 /**
  * When the rolling 24 h total reaches `thresholdNano` if spending goes on at the rate of
- * the last 60 minutes (issue 12): epoch ms, `now` when the total is there already, null
+ * the last 60 minutes: epoch ms, `now` when the total is there already, null
  * when it never would. The same rule for an agent and for a fleet, in both hot states.
  *
  * What leaves the window is taken into account per UTC hour: an hour's cost is taken to

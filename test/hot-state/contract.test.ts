@@ -35,7 +35,7 @@ interface Subject {
 /**
  * The behaviour every hot-state implementation must have, its journal included: the
  * in-process one with the segment log and the Redis one with its streams run the same
- * cases, so the two cannot drift (issue 8).
+ * cases, so the two cannot drift.
  */
 const implementations: Array<[string, (o?: { maxRows?: number }) => Promise<Subject>]> = [
   [
@@ -58,7 +58,7 @@ const implementations: Array<[string, (o?: { maxRows?: number }) => Promise<Subj
     },
   ],
   [
-    // Issue 15: the same scripts on a real cluster of three masters with a replica each, the
+    // The same scripts on a real cluster of three masters with a replica each, the
     // journal's partitions spread over the masters.
     'redis cluster + streams',
     async (o = {}) => {
@@ -259,7 +259,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect((await hs.get(ref, now)).exhaustionAt).toBe(now + 30 * MINUTE_MS)
   })
 
-  it('fires each alert level once per crossing, re-arms it only below, and journals it with the event (issue 12)', async () => {
+  it('fires each alert level once per crossing, re-arms it only below, and journals it with the event', async () => {
     const { hs, journaled } = await make()
     await hs.setPolicy(ref, policy(10, { alertAt: [0.5, 0.8, 0.9] }), T0, 'key-1')
     await journaled()
@@ -302,7 +302,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect((await hs.record(ev(2 * USD, T0, { agentId: 'quiet' }), T0)).alerts).toEqual([])
   })
 
-  it('journals who set a config and the config it replaced, and who paused or resumed (the audit log, issue 12)', async () => {
+  it('journals who set a config and the config it replaced, and who paused or resumed (the audit log)', async () => {
     const { hs, journaled } = await make()
     const hook = 'https://hooks.example.com/services/T0/B0/secretsecret'
     await hs.setPolicy(ref, policy(1, { webhookUrl: hook }), T0, 'key-1')
@@ -386,7 +386,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     expect(new Set(versions).size).toBe(5)
   })
 
-  describe('the spend-velocity limit (issue 13)', () => {
+  describe('the spend-velocity limit', () => {
     const fast = (o: Partial<AgentPolicy> = {}) => policy(100, { velocityLimitNano: 2 * USD, velocityWindowMinutes: 5, alertAt: [], ...o })
     const at = (minute: number) => T0 + minute * MINUTE_MS
 
@@ -437,7 +437,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     })
   })
 
-  describe('agents that ignore their pause (issue 13)', () => {
+  describe('agents that ignore their pause', () => {
     it('flags the first llm_call after the pause and its grace, once, counts the rest, and forgets them on resume', async () => {
       const { hs, journaled } = await make()
       await hs.setPolicy(ref, policy(1, { alertAt: [] }), T0, 'key-1')
@@ -474,7 +474,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     })
   })
 
-  describe('budget holds (issue 13)', () => {
+  describe('budget holds', () => {
     let holds = 0
     const hold = (costNano: number, o: Partial<HoldRequest> = {}): HoldRequest => ({ holdId: `h${++holds}`, costNano, expiresAt: T0 + 300_000, ...o })
     const held = async (hs: HotState, r: AgentRef = ref, now = T0) => (await hs.get(r, now)).snapshot.heldNano
@@ -598,7 +598,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     })
   })
 
-  describe('the fleet budget (issue 12)', () => {
+  describe('the fleet budget', () => {
     const fleet = fleetOf('u')
     const of = (agentId: string, usd: number, at = T0) => ev(usd * USD, at, { agentId })
 
@@ -702,7 +702,7 @@ describe.each(implementations)('hot state lifecycle: %s', (_name, make) => {
   })
 })
 
-describe('redis hot state: budget holds (issue 13)', () => {
+describe('redis hot state: budget holds', () => {
   const hold = (holdId: string, costNano: number, expiresAt = T0 + 60_000): HoldRequest => ({ holdId, costNano, expiresAt })
 
   async function redisState() {

@@ -21,7 +21,7 @@ describe('the in-process event-id set', () => {
     expect(set.size).toBe(50_000)
   })
 
-  it('holds at most 64 bytes per remembered id (issue 8), here 1,000 events a second for 10 minutes', () => {
+  it('holds at most 64 bytes per remembered id, here 1,000 events a second for 10 minutes', () => {
     const set = new EventIdSet()
     for (let i = 0; i < 600_000; i++) set.add(fingerprint('fleet', `agent-${i % 1000}`, randomUUID()), 7_500_000, M0 + Math.floor(i / 60_000))
     expect(set.bytes / set.size).toBeLessThanOrEqual(64)

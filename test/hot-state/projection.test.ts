@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest'
 import { exhaustionAt, type Spend } from '../../src/hot-state/projection.ts'
 
 /**
- * Projected exhaustion (issue 12) against values worked out by hand. The clock: `now` is
+ * Projected exhaustion against values worked out by hand. The clock: `now` is
  * 30 s into the UTC hour HN (an hour index: epoch ms / 3,600,000).
  */
 const USD = 1_000_000_000
