@@ -242,7 +242,7 @@ export function halfOf(saturation: LoadSummary): number {
 
 /**
  * What the Redis hot state holds, after a run with BENCH_REDIS_URL: bytes per agent (its
- * :s, :w and :m keys) and per remembered event id (the id tables, their meta keys included),
+ * :s and :w keys) and per remembered event id (the id tables, their meta keys included),
  * by MEMORY USAGE over every such key of the database (earlier runs' too: an average).
  */
 export async function redisMemory(url: string): Promise<{ agents: number; bytesPerAgent: number; ids: number; bytesPerId: number }> {
@@ -265,10 +265,10 @@ export async function redisMemory(url: string): Promise<{ agents: number; bytesP
     })
     let ids = 0
     let idBytes = 0
-    await usage('*}:e*', async (key, bytes) => {
+    await usage('*}:ids*', async (key, bytes) => {
       idBytes += bytes
-      // A bucket of an hour's table (the meta key is `{p}:e`): a small hash of fingerprints.
-      if (!key.endsWith(':e')) ids += await redis.hlen(key)
+      // A bucket of a table (the meta key is `{p}:ids`): a small hash of fingerprints.
+      if (!key.endsWith(':ids')) ids += await redis.hlen(key)
     })
     return { agents, bytesPerAgent: agents ? agentBytes / agents : 0, ids, bytesPerId: ids ? idBytes / ids : 0 }
   } finally {

@@ -87,6 +87,8 @@ export function alerts(s: Judged, meters: readonly ResolvedMeter[], mayFire: boo
     const m = meters[i]!
     if (m.alertAt.length === 0) continue
     let bits = s.alerted[m.id] ?? 0
+    // Below the lowest level with none fired: nothing fires, nothing re-arms (most events).
+    if (bits === 0 && s.spent[i]! < m.alertAt[0]! * m.limitNano) continue
     for (let j = 0; j < m.alertAt.length; j++) {
       const bit = 1 << j
       if (s.spent[i]! >= m.alertAt[j]! * m.limitNano) {

@@ -10,6 +10,9 @@ export interface Spend {
   hours: ArrayLike<number>
 }
 
+/** The minutes of the tally the projection reads (Spend.lastHourNano). */
+export const LAST_HOUR_MINUTES = 60
+
 const HOUR_MS = 60 * MINUTE_MS
 const WINDOW_MS = WINDOW_MINUTES * MINUTE_MS
 
@@ -35,6 +38,9 @@ export function exhaustionAt(spend: Spend, thresholdNano: Nano, now: number): nu
   // Multiplied before dividing: whole hours and minutes come out exact.
   const at = (toGo: Nano) => now + (toGo * HOUR_MS) / spend.lastHourNano
   const horizon = now + WINDOW_MS
+  // What leaves the window only puts the moment off: reached no sooner than this, it is never
+  // reached within the horizon, and the hours need not be read (lua/state.lua exhaustion()).
+  if (at(thresholdNano - spend.totalNano) >= horizon) return null
   let left = 0
   for (let i = 0; i < spend.hours.length; i += 2) {
     // The hour's last minute (60 h + 59) leaves as minute 60 h + 59 + 1440 begins (window.ts inWindow).

@@ -1,9 +1,7 @@
 import { LRUCache } from 'lru-cache'
-import { z } from 'zod'
 import { StoreUnavailableError } from '../errors.ts'
 import type { RedisJournal } from '../journal/redis-streams.ts'
 import { JournalFullError } from '../journal/types.ts'
-import type { Nano } from '../money.ts'
 import { toChDateTime } from '../storage/clickhouse.ts'
 import { configRow, shownConfig } from '../storage/configs.ts'
 import { redisFailure } from '../storage/failures.ts'
@@ -13,16 +11,17 @@ import { minuteOf } from '../window.ts'
 import { holdOfAnotherAgent } from './holds.ts'
 import { budgetMeter, metersOf, pauseReasonOf, resolveMeters, type ResolvedMeter } from './meters.ts'
 import { holdRoom, levelsReached, pausedBy, type Judged } from './policy.ts'
-import { exhaustionAt } from './projection.ts'
-import { isControl, isControlReply, parseReply, queueScript, defineScripts, type Control, type LuaMeter, type ScriptName, type ScriptResult, type SpendReply, type StateArgs, type TransitionReply } from './scripts.ts'
+import { isControl, isControlReply, parseReply, queueScript, defineScripts, type Control, type LuaMeter, type ScriptName, type ScriptResult, type StateArgs, type TransitionReply } from './scripts.ts'
 import {
   DEFAULT_IGNORE_GRACE_MS,
   RUNNING,
   SYSTEM_ACTOR,
   agentBudget,
   agentKey,
+  agentPolicyJson,
   defaultPolicy,
   fleetOf,
+  isFleet,
   type AgentLoad,
   type AgentLoader,
   type AgentPolicy,
@@ -65,10 +64,11 @@ interface KnownPolicy {
 /** The states of a call's refs, in their order. */
 type CallStates<R extends readonly AgentRef[]> = { readonly [K in keyof R]: CallState }
 
-/** A state as one script call sees it: its arguments, the policy its meters were resolved from, and those meters. */
+/** A state as one script call sees it: its key, the policy its meters were resolved from, and those meters. */
 interface CallState {
   ref: AgentRef
-  args: StateArgs
+  key: string
+  names: StateNames
   known: KnownPolicy
   meters: readonly ResolvedMeter[]
 }
@@ -98,8 +98,9 @@ export class RedisHotState implements HotState {
   readonly #userAgents: UserAgentsLoader
   readonly #graceMs: number
   readonly #replicaWait: ReplicaWait
-  // One loader call in flight per state (and per user index) in this process; other
-  // instances are kept from double counting by load.lua, which installs only once.
+  // One loader call in flight per state (by agentKey) and per user index (by its key name,
+  // which holds no NUL) in this process; other instances are kept from double counting by
+  // load.lua, which installs only once.
   readonly #loading = new Map<string, Promise<void>>()
   // The policies this instance knows, by agentKey(); a state it does not know is taken to
   // have the default policy (version 0), which most agents of a fleet have.
@@ -121,18 +122,16 @@ export class RedisHotState implements HotState {
 
   async record(e: RecordEvent, now: number): Promise<RecordResult> {
     const fleetRef = fleetOf(e.userId)
-    const { result, states } = await this.#run('record', [e, fleetRef] as const, now, DURABLE, ([agent, fleet]) => ({
+    const { result, states } = await this.#run('record', [e, fleetRef] as const, now, DURABLE, (call) => ({
       keys: this.#partitionKeys(e.userId),
       args: {
         ...this.#head(now),
+        ...this.#statesArgs(call),
         grace: this.#graceMs,
-        states: { [agent.args.key]: agent.args, [fleet.args.key]: fleet.args },
         events: [
           {
-            agent: agent.args.key,
-            fleet: fleet.args.key,
-            index: this.#userNames(e.userId).index,
-            agent_id: e.agentId,
+            agent: 1,
+            fleet: 2,
             fp: eventFingerprint(e.userId, e.agentId, e.eventId),
             cost: e.costNano,
             llm_call: e.llmCall,
@@ -147,8 +146,8 @@ export class RedisHotState implements HotState {
     const answer = result.events[0]!
     if ('error' in answer) throw holdOfAnotherAgent(e.holdId!)
     const [agent, fleet] = states
-    const exhausted = projected(agent.known.policy, answer.total, answer.spend, now)
-    const fleetExhausted = answer.fleet_spend ? projected(fleet.known.policy, answer.fleet_total!, answer.fleet_spend, now) : null
+    const exhausted = answer.exhausts ?? null
+    const fleetExhausted = answer.fleet_exhausts ?? null
     const of = (scope: string) => (scope === 'fleet' ? fleet : agent)
     return {
       counted: answer.counted,
@@ -195,9 +194,9 @@ export class RedisHotState implements HotState {
 
   /** get(), and the projection's reads only `withSpend` (a listing of 10,000 agents has no use for them). */
   async #read(ref: AgentRef, now: number, withSpend: boolean): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
-    const { result: r, states } = await this.#run('get', [ref] as const, now, !DURABLE, ([s]) => ({
+    const { result: r, states } = await this.#run('get', [ref] as const, now, !DURABLE, (call) => ({
       keys: this.#partitionKeys(ref.userId),
-      args: { ...this.#head(now), state: s.args, with_spend: withSpend },
+      args: { ...this.#head(now), ...this.#statesArgs(call), with_projection: withSpend },
     }))
     const [s] = states
     const { policy, pv } = s.known
@@ -213,7 +212,7 @@ export class RedisHotState implements HotState {
         heldNano: r.held,
       },
       transition: r.transition ? transitionOf(s, r.transition, now) : null,
-      exhaustionAt: r.spend ? projected(policy, r.total, r.spend, now) : null,
+      exhaustionAt: r.exhausts ?? null,
     }
   }
 
@@ -226,7 +225,7 @@ export class RedisHotState implements HotState {
     const keys = { index: this.#userNames(userId).index }
     const first = await this.#once1('agents', keys, { now })
     if (!isControlReply(first)) return first.agents
-    await this.#once(`user\0${userId}`, async () => {
+    await this.#once(keys.index, async () => {
       const agents = await this.#userAgents(userId, now)
       await this.#once1('agentsLoad', keys, { now, ttl: AGENT_TTL_MS, agents })
     })
@@ -248,9 +247,9 @@ export class RedisHotState implements HotState {
     const row = configRow(ref, policy, now, actor)
     const next = { ...policy }
     const meters = resolveMeters(metersOf(next), now)
-    const { result, states } = await this.#run('setPolicy', [ref] as const, now, DURABLE, ([s]) => ({
+    const { result, states } = await this.#run('setPolicy', [ref] as const, now, DURABLE, (call) => ({
       keys: this.#partitionKeys(ref.userId),
-      args: { ...this.#head(now), state: s.args, policy: JSON.stringify(next), meters: luaMeters(meters), version: row.version, shown: row.shown, actor },
+      args: { ...this.#head(now), ...this.#statesArgs(call), policy: JSON.stringify(next), new_meters: luaMeters(meters), version: row.version, shown: row.shown, actor },
       rest: [JSON.stringify(row)],
     }))
     const known = { pv: result.pv, policy: next }
@@ -259,9 +258,9 @@ export class RedisHotState implements HotState {
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null> {
-    const { result, states } = await this.#run('setPaused', [ref] as const, now, DURABLE, ([s]) => ({
+    const { result, states } = await this.#run('setPaused', [ref] as const, now, DURABLE, (call) => ({
       keys: this.#partitionKeys(ref.userId),
-      args: { ...this.#head(now), state: s.args, paused, actor },
+      args: { ...this.#head(now), ...this.#statesArgs(call), paused, actor },
     }))
     return result.transition ? transitionOf(states[0], result.transition, now, actor) : null
   }
@@ -269,12 +268,11 @@ export class RedisHotState implements HotState {
   async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
     const fleetRef = fleetOf(ref.userId)
     // Holds are hot state only: a failover may lose one, never an event. No replica waits.
-    const { result, states } = await this.#run('hold', [ref, fleetRef] as const, now, !DURABLE, ([agent, fleet]) => ({
+    const { result, states } = await this.#run('hold', [ref, fleetRef] as const, now, !DURABLE, (call) => ({
       keys: this.#partitionKeys(ref.userId),
       args: {
         ...this.#head(now),
-        agent: agent.args,
-        fleet: fleet.args,
+        ...this.#statesArgs(call),
         hold: { id: request.holdId, amount: request.costNano, expires: request.expiresAt, key_id: agentKeyId(ref.userId, ref.agentId), agent_id: ref.agentId },
       },
     }))
@@ -334,7 +332,7 @@ export class RedisHotState implements HotState {
 
   /** Does what a control answer asks for, before the script runs again. */
   async #settle(reply: Control, states: ReadonlyArray<CallState>, instance: string, now: number): Promise<void> {
-    const byKey = (key: string) => states.find((s) => s.args.key === key)
+    const byKey = (key: string) => states.find((s) => s.key === key)
     switch (reply.control) {
       case 'FENCED':
         return this.#journal.rejoin(instance)
@@ -345,7 +343,7 @@ export class RedisHotState implements HotState {
       case 'STALE':
         for (const s of reply.detail.stale ?? []) {
           const ref = byKey(s.key)!.ref
-          this.#policies.set(agentKey(ref), { pv: s.pv, policy: s.policy === undefined ? defaultPolicy(ref) : storedPolicy.parse(JSON.parse(s.policy)) })
+          this.#policies.set(agentKey(ref), { pv: s.pv, policy: s.policy === undefined ? defaultPolicy(ref) : agentPolicyJson.parse(JSON.parse(s.policy)) })
         }
         return
       case 'FULL': {
@@ -365,9 +363,31 @@ export class RedisHotState implements HotState {
   /** A state as a call sees it now: its policy as known here, and the meters resolved from it. */
   #callState(ref: AgentRef, now: number): CallState {
     const known = this.#policies.get(agentKey(ref)) ?? { pv: 0, policy: defaultPolicy(ref) }
-    const meters = resolveMeters(metersOf(known.policy), now)
     const names = this.#names(ref)
-    return { ref, known, meters, args: { key: names.state, pv: known.pv, meters: luaMeters(meters), members: names.members } }
+    return { ref, key: names.state, names, known, meters: resolveMeters(metersOf(known.policy), now) }
+  }
+
+  /**
+   * The states of a call as the scripts take them (lua/state.lua read_states): each by its key
+   * id, with its policy's version, its meters (each distinct list once), its ids,
+   * its daily budget (the projection's) and, for a fleet, its user's agent index.
+   */
+  #statesArgs(states: readonly CallState[]): { base: string; meters: LuaMeter[][]; states: StateArgs[] } {
+    const lists: Array<readonly ResolvedMeter[]> = []
+    const args = states.map((s): StateArgs => {
+      let i = lists.indexOf(s.meters)
+      if (i < 0) i = lists.push(s.meters) - 1
+      return {
+        id: s.names.keyId,
+        pv: s.known.pv,
+        meters: i + 1,
+        user: s.ref.userId,
+        agent: s.ref.agentId,
+        ...(s.known.policy.thresholdNano !== null ? { budget: s.known.policy.thresholdNano } : {}),
+        ...(isFleet(s.ref) ? { index: this.#userNames(s.ref.userId).index } : {}),
+      }
+    })
+    return { base: states[0]!.names.agentBase, meters: lists.map(luaMeters), states: args }
   }
 
   #lastTime = { ms: Number.NaN, text: '' }
@@ -453,10 +473,11 @@ export class RedisHotState implements HotState {
       // The user's partition tag: the state's keys share a slot with every key of its user,
       // the journal streams its rows go to included (redis-keys.ts).
       const agentBase = `${this.#prefix}${partitionTag(this.#journal.partitionOf(ref.userId))}:hs:`
+      const keyId = agentKeyId(ref.userId, ref.agentId)
       names = {
         agentBase,
-        state: `${agentBase}${agentKeyId(ref.userId, ref.agentId)}:s`,
-        members: JSON.stringify({ user_id: ref.userId, agent_id: ref.agentId }).slice(1, -1),
+        keyId,
+        state: `${agentBase}${keyId}:s`,
       }
       this.#agentNames.set(id, names)
     }
@@ -467,18 +488,18 @@ export class RedisHotState implements HotState {
     let names = this.#users.get(userId)
     if (!names) {
       const tag = partitionTag(this.#journal.partitionOf(userId))
-      names = { index: `${this.#prefix}${tag}:u:${userKeyId(userId)}`, ids: `${this.#prefix}${tag}:e` }
+      names = { index: `${this.#prefix}${tag}:u:${userKeyId(userId)}`, ids: `${this.#prefix}${tag}:ids` }
       this.#users.set(userId, names)
     }
     return names
   }
 }
 
-/** A state's key names: its :s key, the name its user's agents' keys start with, and its ids as a row's JSON members. */
+/** A state's key names: its :s key, the name its user's agents' keys start with, and its own key id after it. */
 interface StateNames {
   state: string
   agentBase: string
-  members: string
+  keyId: string
 }
 
 /** Keys live 25 h after an agent's last write: longer than the window, so only idle agents expire. */
@@ -490,16 +511,6 @@ const MAX_ATTEMPTS = 5
 /** Whether a script's write must be on the replicas before it is answered (replicaWait). */
 const DURABLE = true
 
-/** A policy as redis.ts stores it in a state (JSON.stringify of AgentPolicy), checked when read back. */
-const storedPolicy = z.strictObject({
-  thresholdNano: z.number().int().nullable(),
-  autoResume: z.boolean(),
-  webhookUrl: z.string().nullable(),
-  alertAt: z.array(z.number()),
-  velocityLimitNano: z.number().int().nullable(),
-  velocityWindowMinutes: z.number().int(),
-})
-
 // A meters list resolved for a minute is reused for that minute (meters.ts): so is its Lua form.
 const luaForms = new WeakMap<readonly ResolvedMeter[], LuaMeter[]>()
 
@@ -507,16 +518,10 @@ const luaForms = new WeakMap<readonly ResolvedMeter[], LuaMeter[]>()
 function luaMeters(meters: readonly ResolvedMeter[]): LuaMeter[] {
   let lua = luaForms.get(meters)
   if (!lua) {
-    lua = meters.map((m) => ({ id: m.id, limit: m.limitNano, from: m.from, minutes: m.windowMinutes, auto_resume: m.autoResume, alert_at: m.alertAt, holds: m.countsHolds }))
+    lua = meters.map((m) => ({ id: m.id, limit: m.limitNano, from: m.from, minutes: m.windowMinutes, alert_at: m.alertAt, ...(m.autoResume ? { auto_resume: true } : {}), ...(m.countsHolds ? { holds: true } : {}) }))
     luaForms.set(meters, lua)
   }
   return lua
-}
-
-/** When a state's total reaches the daily budget of `policy` at the last hour's rate (projection.ts); null without one. */
-function projected(policy: AgentPolicy, totalNano: Nano, spend: SpendReply, now: number): number | null {
-  if (policy.thresholdNano === null) return null
-  return exhaustionAt({ totalNano, lastHourNano: spend.last_hour, hours: spend.hours }, policy.thresholdNano, now)
 }
 
 /** Whether a state is paused and why, as a script tells it: its reason, '' when running. */

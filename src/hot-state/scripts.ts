@@ -65,9 +65,6 @@ const transition = z.strictObject({
 })
 export type TransitionReply = z.output<typeof transition>
 
-/** lua/state.lua spend(): what the projection reads. */
-const spend = z.strictObject({ last_hour: int, hours: list(z.string().transform(Number)) })
-export type SpendReply = z.output<typeof spend>
 
 const recorded = z.union([
   z.strictObject({ error: z.literal('HOLD_OF_ANOTHER_AGENT') }),
@@ -77,35 +74,44 @@ const recorded = z.union([
     total: int,
     reason: z.string(),
     fleet_reason: z.string(),
-    spend,
+    exhausts: int.optional(),
     transitions: list(transition).optional(),
     alerts: list(z.strictObject({ scope: z.string(), meter: z.number().int(), level: z.number().int(), spent: int, version: int })).optional(),
     ignored: z.strictObject({ since: int, calls: int, nano: int, version: int }).optional(),
-    fleet_total: int.optional(),
-    fleet_spend: spend.optional(),
+    fleet_exhausts: int.optional(),
   }),
 ])
 export type RecordedReply = z.output<typeof recorded>
 
 const pause = z.strictObject({ paused: z.boolean(), reason: z.string(), override: z.boolean() })
 
-/** What the scripts' arguments call a state: its :s key, the policy version and meters it was judged with, its rows' JSON members. */
+/** A state as the scripts take it (lua/state.lua read_states). */
 export interface StateArgs {
-  key: string
+  /** Its key id: its keys are base + id + ':s' and so on. */
+  id: string
+  /** The version of the policy its meters were resolved from. */
   pv: number
-  meters: LuaMeter[]
-  members: string
+  /** Its meters: an index (from 1) into the call's lists of meters. */
+  meters: number
+  user: string
+  /** '' for a fleet. */
+  agent: string
+  /** Its daily budget, which the projection aims at; absent: none. */
+  budget?: number
+  /** A fleet's: its user's agent index. */
+  index?: string
 }
 
-/** A resolved meter (meters.ts ResolvedMeter) as lua/rules.lua reads it. */
+/** A resolved meter (meters.ts ResolvedMeter) as lua/rules.lua reads it; a false flag is left out. */
 export interface LuaMeter {
   id: string
   limit: number
+  /** The first minute of its window, resolved for the call's moment. */
   from: number
   minutes: number
-  auto_resume: boolean
   alert_at: readonly number[]
-  holds: boolean
+  auto_resume?: true
+  holds?: true
 }
 
 export const SCRIPTS = {
@@ -127,7 +133,7 @@ export const SCRIPTS = {
       held: int,
       ignored: z.strictObject({ since: int, calls: int, nano: int, flagged: z.boolean() }),
       transition: transition.optional(),
-      spend: spend.optional(),
+      exhausts: int.optional(),
     }),
   },
   setPolicy: {

@@ -1,3 +1,4 @@
+import { z } from 'zod'
 import type { Fingerprint } from './dedup.ts'
 import type { MeterId } from './meters.ts'
 import type { Nano } from '../money.ts'
@@ -19,6 +20,16 @@ export interface AgentPolicy {
   /** The velocity limit's window, 1 to 60 minutes (kept while there is no limit, as it was set). */
   velocityWindowMinutes: number
 }
+
+/** An AgentPolicy as JSON keeps it (the Redis hot state stores it so), checked when read back. */
+export const agentPolicyJson = z.strictObject({
+  thresholdNano: z.number().int().nullable(),
+  autoResume: z.boolean(),
+  webhookUrl: z.string().nullable(),
+  alertAt: z.array(z.number()),
+  velocityLimitNano: z.number().int().nullable(),
+  velocityWindowMinutes: z.number().int(),
+}) satisfies z.ZodType<AgentPolicy>
 
 export const DEFAULT_VELOCITY_WINDOW_MINUTES = 5
 

@@ -65,7 +65,13 @@ const op: fc.Arbitrary<Op> = fc.oneof(
     weight: 3,
     arbitrary: fc.record({
       k: fc.constant('tick' as const),
-      ms: fc.oneof({ weight: 5, arbitrary: fc.integer({ min: 0, max: 90_000 }) }, { weight: 2, arbitrary: fc.integer({ min: 1, max: 30 }).map((m) => m * 60_000) }, fc.integer({ min: 1, max: 30 }).map((h) => h * 3_600_000)),
+      // Mostly forward; now and then back by up to two minutes (an instance whose clock is behind).
+      ms: fc.oneof(
+        { weight: 5, arbitrary: fc.integer({ min: 0, max: 90_000 }) },
+        { weight: 2, arbitrary: fc.integer({ min: 1, max: 30 }).map((m) => m * 60_000) },
+        { weight: 1, arbitrary: fc.integer({ min: 1, max: 30 }).map((h) => h * 3_600_000) },
+        { weight: 1, arbitrary: fc.integer({ min: -120_000, max: -1 }) },
+      ),
     }),
   },
 )

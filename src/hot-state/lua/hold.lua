@@ -2,24 +2,17 @@
 -- of the user is refused before anything; then the relaxing rules apply (journaled), and the
 -- hold is granted and added to the agent and its fleet when the rules allow it.
 -- K: journal, fenced
--- A: now, ttl, instance, stream_rows, at, agent and fleet {key, pv, meters, members},
---   hold {id, amount, expires (ms), key_id (the agent's name in key names), agent_id}
+-- A: now, ttl, instance, stream_rows, at, base, meters, states (the agent's, then its
+--   fleet's: state.lua read_states), hold {id, amount, expires (ms), key_id (the agent's
+--   name in key names), agent_id}
 -- Returns a control answer (state.lua control(): FENCED, NEEDS_LOAD, STALE,
 -- HOLD_OF_ANOTHER_AGENT), or {refusal (absent: granted), agent and fleet {pause {paused,
 -- reason, override}, spent [per meter], held}, transitions}.
 local closed = journal_closed(false)
 if closed then return control(closed) end
-local a, f = A.agent, A.fleet
-local agent = read_state(a.key, a.meters, a.members)
-if not agent then return control('NEEDS_LOAD', { keys = { a.key } }) end
-local fleet = read_state(f.key, f.meters, f.members)
-if not fleet then return control('NEEDS_LOAD', { keys = { f.key } }) end
-local outdated = stale({ agent, a.pv }, { fleet, f.pv })
-if outdated then return outdated end
-move_on(agent)
-move_on(fleet)
-expire_holds(agent)
-expire_holds(fleet)
+local states, answer_now = read_states()
+if not states then return answer_now end
+local agent, fleet = states[1], states[2]
 local h = A.hold
 local mine = open_hold(agent, h.id)
 if not mine and open_hold(fleet, h.id) then
@@ -27,9 +20,9 @@ if not mine and open_hold(fleet, h.id) then
   save_state(fleet)
   return control('HOLD_OF_ANOTHER_AGENT', { hold = h.id })
 end
-judge(agent, a.meters)
-judge(fleet, f.meters)
-local step = step_hold(agent, fleet, { agent = a.meters, fleet = f.meters }, h.amount, mine ~= nil)
+judge(agent, agent.meters)
+judge(fleet, fleet.meters)
+local step = step_hold(agent, fleet, { agent = agent.meters, fleet = fleet.meters }, h.amount, mine ~= nil)
 local transitions = {}
 if step.agent then transitions[#transitions + 1] = transition(agent, 'agent', step.agent, agent.total) end
 if step.fleet then transitions[#transitions + 1] = transition(fleet, 'fleet', step.fleet, fleet.total) end

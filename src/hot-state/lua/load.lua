@@ -12,20 +12,21 @@
 -- Returns {installed = true}, or {installed = false} when the state was loaded already.
 if redis.call('HGET', A.key, 'loaded') == '1' then return '{"installed":false}' end
 local base = string.sub(A.key, 1, -3)
-local st = { s = A.key, w = base .. ':w', m = base .. ':m', total = 0, calls = 0 }
+local st = { s = A.key, w = base .. ':w', total = 0, calls = 0, from = DAY_FROM, newest = 0, tallies = {} }
 -- Leftovers of a partly expired state (and its holds, which counted in the state lost) must
--- not add to what is loaded.
-redis.call('DEL', st.s, st.w, st.m, base .. ':hz', base .. ':h')
+-- not add to what is loaded. The tallies start from the buckets when they are first read.
+redis.call('DEL', st.s, st.w, base .. ':hz', base .. ':h')
 for _, b in ipairs(A.minutes) do
-  if in_window(b[1], NOW_MINUTE) then add(st, b[1], b[2], b[3]) end
+  if b[1] >= DAY_FROM then add(st, b[1], b[2], b[3]) end
 end
 -- Ids the partition still remembers (the state's keys expired before its ids) stay as they are.
 local ids = id_tables()
 for i = 2, #ARGV do
   local s = A.seen[i - 1]
-  if in_window(s[2], NOW_MINUTE) and not seen_cost(ids, ARGV[i]) then remember(ids, ARGV[i], fmt(s[1]), s[2]) end
+  if s[2] >= DAY_FROM and not seen_cost(ids, ARGV[i]) then remember(ids, ARGV[i], fmt(s[1]), s[2]) end
 end
-redis.call('HSET', st.s, 'loaded', '1', 'total', fmt(st.total), 'calls', fmt(st.calls))
+save_ids(ids)
+redis.call('HSET', st.s, 'loaded', '1', 'total', st.total, 'calls', st.calls, 'from', DAY_FROM, 'newest', st.newest)
 if A.pv > 0 then redis.call('HSET', st.s, 'pv', fmt(A.pv), 'policy', A.policy, 'shown', A.shown) end
 local pause, ignored = pause_text(A.pause), A.ignored and ignored_text(A.ignored)
 if pause then redis.call('HSET', st.s, 'pause', pause) end

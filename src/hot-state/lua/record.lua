@@ -5,41 +5,32 @@
 -- journal stream. All of a call's events are applied together or not at all; each is
 -- answered as it would have been alone, in the order given.
 -- K: journal, fenced, ids (state.lua)
--- A: now, ttl, instance, stream_rows, at (now as ClickHouse text), grace (ms),
---   states: {[<:s key>] = {pv, meters, members}} every state the events touch,
---   events: [{agent, fleet (:s keys), index (the user's agent index), agent_id, fp (the id's
---     fingerprint), cost, llm_call, minute, hold (the hold it settles, or absent), row (the
---     ARGV index of its row's JSON)}]
+-- A: now, ttl, instance, stream_rows, at (now as ClickHouse text), grace (ms), base, meters,
+--   states (state.lua read_states), events: [{agent, fleet (indices into A.states), fp (the
+--   id's fingerprint), cost, llm_call, minute, hold (the hold it settles, or absent), row
+--   (the ARGV index of its row's JSON)}]
 -- Returns a control answer before any change (state.lua control(): FENCED, FULL,
 -- NEEDS_LOAD, STALE), or {events = [answer…]}: each {error = 'HOLD_OF_ANOTHER_AGENT'}
--- (nothing of it was applied), or {counted, cost, total, reason, fleet_reason, spend,
--- transitions, alerts, ignored, fleet_total and fleet_spend (with fleet alerts)}.
+-- (nothing of it was applied), or {counted, cost, total, reason, fleet_reason, exhausts,
+-- transitions, alerts, ignored, fleet_exhausts (with fleet alerts)}.
 local closed = journal_closed(true)
 if closed then return control(closed) end
-
-local states, missing = {}, {}
-for key, s in pairs(A.states) do
-  states[key] = read_state(key, s.meters, s.members)
-  if not states[key] then missing[#missing + 1] = key end
-end
-if #missing > 0 then return control('NEEDS_LOAD', { keys = missing }) end
-local checks = {}
-for key, s in pairs(A.states) do checks[#checks + 1] = { states[key], s.pv } end
-local outdated = stale(unpack(checks))
-if outdated then return outdated end
-
-for _, st in pairs(states) do
-  move_on(st)
-  expire_holds(st)
-end
+local states, answer_now = read_states()
+if not states then return answer_now end
 local ids = id_tables()
 
--- One event's answer; `agent`, `fleet`: its states, `meters`: theirs.
-local function answer(e, agent, fleet, meters)
+-- projection.ts, for a state with a daily budget.
+local function exhausts(st)
+  if st.budget then return exhaustion(st, st.budget) end
+  return nil
+end
+
+-- One event's answer; `agent`, `fleet`: its states.
+local function answer(e, agent, fleet)
   local seen = seen_cost(ids, e.fp)
   if seen then
     -- A retry, or an event that a load from ClickHouse already counted: nothing changes.
-    return { counted = false, cost = seen, total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason, spend = spend(agent) }
+    return { counted = false, cost = seen, total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason, exhausts = exhausts(agent) }
   end
   -- The hold this call settles is released before its real cost is counted (a retry was a
   -- repeat above; an unknown or expired hold releases nothing). An open hold of another
@@ -50,10 +41,10 @@ local function answer(e, agent, fleet, meters)
   end
   remember(ids, e.fp, fmt(e.cost), e.minute)
   journal('events', ARGV[e.row])
-  judge(agent, meters.agent)
-  judge(fleet, meters.fleet)
+  judge(agent, agent.meters)
+  judge(fleet, fleet.meters)
   local before = { agent = agent.total, fleet = fleet.total }
-  local step = step_event(agent, fleet, meters, { cost = e.cost, llm_call = e.llm_call, grace = A.grace })
+  local step = step_event(agent, fleet, { agent = agent.meters, fleet = fleet.meters }, { cost = e.cost, llm_call = e.llm_call, grace = A.grace })
   local calls = e.llm_call and 1 or 0
   add(agent, e.minute, e.cost, calls)
   add(fleet, e.minute, e.cost, calls)
@@ -61,31 +52,31 @@ local function answer(e, agent, fleet, meters)
   local transitions, fired = {}, {}
   -- The agent's, then its fleet's: a relaxing change at the total before the event, the
   -- pause at the total after it, then the alerts.
-  for _, x in ipairs({ { agent, 'agent', step.agent, meters.agent }, { fleet, 'fleet', step.fleet, meters.fleet } }) do
-    local st, scope, c, ms = x[1], x[2], x[3], x[4]
+  for _, x in ipairs({ { agent, 'agent', step.agent }, { fleet, 'fleet', step.fleet } }) do
+    local st, scope, c = x[1], x[2], x[3]
     if c.relaxed then transitions[#transitions + 1] = transition(st, scope, c.relaxed, before[scope]) end
     if c.crossed then transitions[#transitions + 1] = transition(st, scope, c.crossed, st.total) end
-    for _, f in ipairs(c.fired) do fired[#fired + 1] = alert(st, scope, ms, f) end
+    for _, f in ipairs(c.fired) do fired[#fired + 1] = alert(st, scope, st.meters, f) end
   end
   local out = { counted = true, cost = fmt(e.cost), total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason,
-    spend = spend(agent), transitions = transitions, alerts = fired }
+    exhausts = exhausts(agent), transitions = transitions, alerts = fired }
   if step.raised then
     local g = step.ignored
     local version = next_version(agent)
-    journal('ignored_pauses', '{' .. agent.members .. ',"at":"' .. A.at .. '","version":' .. fmt(version) ..
+    journal('ignored_pauses', '{' .. members(agent) .. ',"at":"' .. A.at .. '","version":' .. fmt(version) ..
       ',"paused_at_ms":' .. fmt(g.since) .. ',"calls":' .. fmt(g.calls) .. ',"cost_nano":' .. fmt(g.nano) .. '}')
     out.ignored = { since = fmt(g.since), calls = fmt(g.calls), nano = fmt(g.nano), version = fmt(version) }
   end
   for _, f in ipairs(fired) do
     if f.scope == 'fleet' then
-      out.fleet_total, out.fleet_spend = fmt(fleet.total), spend(fleet)
+      out.fleet_exhausts = exhausts(fleet)
       break
     end
   end
   -- The index scores an agent by its newest minute: only a new bucket can raise it.
   if agent.pushed then
-    redis.call('ZADD', e.index, 'GT', e.minute, e.agent_id)
-    redis.call('PEXPIRE', e.index, TTL)
+    redis.call('ZADD', fleet.index, 'GT', e.minute, agent.agent)
+    redis.call('PEXPIRE', fleet.index, TTL)
   end
   return out
 end
@@ -94,9 +85,10 @@ local answers = {}
 for i, e in ipairs(A.events) do
   local agent, fleet = states[e.agent], states[e.fleet]
   agent.pushed = false
-  answers[i] = answer(e, agent, fleet, { agent = A.states[e.agent].meters, fleet = A.states[e.fleet].meters })
+  answers[i] = answer(e, agent, fleet)
 end
-for _, st in pairs(states) do
+save_ids(ids)
+for _, st in ipairs(states) do
   save_state(st)
   if st.touched then touch(st) end
 end

@@ -62,8 +62,8 @@ end
 local function alerts(st, meters, may_fire)
   local fired = {}
   for i, m in ipairs(meters) do
-    if #m.alert_at > 0 then
-      local bits = st.alerted[m.id] or 0
+    local bits = st.alerted[m.id] or 0
+    if #m.alert_at > 0 and not (bits == 0 and st.spent[i] < m.alert_at[1] * m.limit) then
       for j, level in ipairs(m.alert_at) do
         local bit = 2 ^ (j - 1)
         local set = math.floor(bits / bit) % 2 == 1

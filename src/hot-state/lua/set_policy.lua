@@ -1,26 +1,33 @@
 -- set_policy: POST /config (memory.ts setPolicy(), rules.lua change_policy()): store the
 -- policy and journal its agent_configs row; a changed limit ends a manual override.
 -- K: journal, fenced
--- A: now, ttl, instance, stream_rows, at, state {key, pv, meters (the policy's it replaces),
---   members}, policy (the new one's JSON), meters (the new one's), version (its row's), shown
---   (the config as the audit log shows it), actor
+-- A: now, ttl, instance, stream_rows, at, base, meters, states (one, with the meters of the
+--   policy it replaces: state.lua read_states), policy (the new one's JSON), new_meters (its
+--   meters), version (its row's), shown (the config as the audit log shows it), actor
 -- ARGV[2] the config's row (JSON, without "replaced": the config it replaces is appended here)
--- Returns a control answer (state.lua control(): FENCED, FULL, NEEDS_LOAD, STALE), or {pv (the version now
--- stored), transition}.
+-- Returns a control answer (state.lua control(): FENCED, FULL, NEEDS_LOAD, STALE), or {pv
+-- (the version now stored), transition}.
 local closed = journal_closed(true)
 if closed then return control(closed) end
-local s = A.state
-local st = read_state(s.key, s.meters, s.members)
-if not st then return control('NEEDS_LOAD', { keys = { s.key } }) end
-local outdated = stale({ st, s.pv })
-if outdated then return outdated end
+local states, answer_now = read_states()
+if not states then return answer_now end
+local st = states[1]
 local replaced = redis.call('HGET', st.s, 'shown') or ''
-local change = change_policy(st, s.meters, A.meters)
+local change = change_policy(st, st.meters, A.new_meters)
 -- Versions only grow, whatever the callers' clocks do: every instance's cache tells them apart.
 local pv = math.max(A.version, st.pv + 1)
 redis.call('HSET', st.s, 'pv', fmt(pv), 'policy', A.policy, 'shown', A.shown)
--- Alert bits of meters the new policy no longer has go.
-for _, m in ipairs(s.meters) do
+-- Alert bits of meters the new policy no longer has go, and so do the tallies of windows it
+-- no longer has (a tally is kept only while a meter reads it: one taken up again restarts).
+local kept = {}
+for _, w in ipairs(tallies_of(A.new_meters)) do kept[w.minutes] = true end
+for _, w in ipairs(st.windows) do
+  if not kept[w.minutes] then
+    redis.call('HDEL', st.s, 't' .. w.minutes)
+    st.tallies[w.minutes] = nil
+  end
+end
+for _, m in ipairs(st.meters) do
   if st.alerted[m.id] == nil and st.alerted_read[m.id] ~= 0 then redis.call('HDEL', st.s, 'al:' .. m.id) end
 end
 for id in pairs(st.alerted) do st.alerted_read[id] = st.alerted_read[id] or 0 end

@@ -1,46 +1,47 @@
 -- What every hot-state script shares: how a state is kept in Redis, read and written, its
--- window, its budget holds, the event ids, and the journal. redis.ts prepends this file and
--- rules.lua to every hot-state script (Redis 7 scripts cannot share functions otherwise),
--- after a prelude it writes from the script's description (scripts.ts): K, the script's keys
--- by name, and A, its arguments (ARGV[1], JSON) by name; ARGV[2..] are the script's own.
--- Every key carries the hash tag of the user's partition {p<n>} (storage/redis-keys.ts): one
--- Redis Cluster slot per script. Money is integer nano-USD: exact in Lua doubles up to 2^53,
+-- window, its budget holds, the event ids, and the journal. scripts.ts prepends this file
+-- and rules.lua to every hot-state script (Redis 7 scripts cannot share functions otherwise),
+-- after a prelude it writes from the script's description: K, the script's keys by name,
+-- and A, its arguments (ARGV[1], JSON) by name; ARGV[2..] are the script's own. Every key
+-- carries the hash tag of the user's partition {p<n>} (storage/redis-keys.ts): one Redis
+-- Cluster slot per script. Money is integer nano-USD: exact in Lua doubles up to 2^53,
 -- written back with '%.0f' (never %d, which goes through a C int), and sent back as text
 -- (cjson writes numbers with 14 significant digits).
 --
--- A state (an agent's, or its fleet's: the agent '' of its user, types.ts FLEET) is five
+-- A state (an agent's, or its fleet's: the agent '' of its user, types.ts FLEET) is four
 -- keys named from its base <prefix>{p<n>}:hs:<32 hex of (user, agent)>:
---   :s  hash: loaded ('1' once installed by load.lua), total, calls (the 24 h window's),
---       pause (absent while running without override, else 'paused override since reason',
---       parse_pause), pv and policy (the config's version and JSON, absent: the default
---       policy; TypeScript resolves the meters from it), shown (the config as the audit log
---       shows it), al:<meter id> (its alert bits, policy.ts alerts), ign (the ignoring-pause
---       counts, 'since calls nano flagged', absent: none), held (the sum of the open holds,
---       absent: none), version (the counter that orders its transitions and alerts)
---   :w  hash of minute buckets: c<minute> = cost, n<minute> = llm calls, and h<hour> = the
---       cost of the buckets of each UTC hour (the projection's)
---   :m  list of the bucket minutes, oldest first (RPUSH new, LPOP expired: amortised O(1))
+--   :s  hash: loaded ('1' once installed by load.lua); total and calls, what the window of
+--       24 h holds from its first minute `from` on; newest (the newest bucket's minute);
+--       t<minutes> and f<minutes>, the tallies of shorter windows (what the buckets from
+--       minute f<minutes> on hold), kept for the projection's last hour and each meter's;
+--       pause (absent while running without override, else 'paused override since reason');
+--       pv and policy (the config's version and JSON, absent: the default policy, whose
+--       meters TypeScript resolves); shown (the config as the audit log shows it);
+--       al:<meter id> (its alert bits, policy.ts alerts); ign (the ignoring-pause counts,
+--       'since calls nano flagged', absent: none); held (the sum of the open holds, absent:
+--       none); version (the counter that orders its transitions and alerts)
+--   :w  hash of minute buckets: c<minute> = cost, n<minute> = llm calls (absent: none), and
+--       h<hour> = the cost of the buckets of each UTC hour (the projection's)
 --   :hz, :h  its open budget holds (below)
+-- An event costs its state one HMGET and one HSET of :s and two or three HINCRBY of :w; the
+-- windows move on by minutes, each bucket read and dropped once when it leaves. Numbers
+-- passed to redis.call as numbers are written exactly up to 2^53 (Redis prints them in full).
 local MINUTE_MS = 60000
+local HOUR_MS = 3600000
 local WINDOW = 1440 -- minutes (src/window.ts)
 local NOW, TTL = A.now, A.ttl
 local NOW_MINUTE = math.floor(NOW / MINUTE_MS)
+-- The first minute of the window of 24 h that ends now (window.ts inWindow).
+local DAY_FROM = NOW_MINUTE - WINDOW + 1
+-- The tally the projection reads: the last 60 minutes (projection.ts LAST_HOUR_MINUTES).
+local LAST_HOUR = 60
 
 local function fmt(x)
   return string.format('%.0f', x)
 end
 
-local function minute_of(ms)
-  return math.floor(ms / MINUTE_MS)
-end
-
--- window.ts inWindow(): an event of minute m counts while m > nowMinute - 1440.
-local function in_window(minute, now_minute)
-  return minute > now_minute - WINDOW
-end
-
 local function hour_of(minute)
-  return math.floor(tonumber(minute) / 60)
+  return math.floor(minute / 60)
 end
 
 local function parse_pause(v)
@@ -67,86 +68,190 @@ local function ignored_text(g)
   return fmt(g.since) .. ' ' .. fmt(g.calls) .. ' ' .. fmt(g.nano) .. ' ' .. (g.flagged and '1' or '0')
 end
 
--- A state as the rules read it, with its keys and the JSON members of its rows (`members`:
--- '"user_id":…,"agent_id":…'); nil when it is not loaded (the caller answers NEEDS_LOAD,
--- and nothing was written). `meters` names the alert fields to read.
-local function read_state(key, meters, members)
-  local fields = { 'loaded', 'total', 'calls', 'pause', 'pv', 'held', 'ign' }
+-- The windows shorter than a day a state keeps a tally of for `meters`, each once, by its
+-- length in minutes, and the minute it starts at now (the meter's `from`): the last hour's
+-- and each such meter's.
+local function tallies_of(meters)
+  local windows, seen = { { minutes = LAST_HOUR, from = NOW_MINUTE - LAST_HOUR + 1 } }, { [LAST_HOUR] = true }
+  for _, m in ipairs(meters) do
+    if m.from > DAY_FROM and not seen[m.minutes] then
+      seen[m.minutes] = true
+      windows[#windows + 1] = { minutes = m.minutes, from = m.from }
+    end
+  end
+  return windows
+end
+
+-- The :w fields of the minutes from `first` to `last` that exist: {minute = {cost, calls}}.
+-- A long span of an idle state reads the whole hash instead, which holds at most a day.
+local function buckets_between(st, first, last)
+  local found = {}
+  if last < first then return found end
+  if (last - first + 1) * 2 > redis.call('HLEN', st.w) then
+    local flat = redis.call('HGETALL', st.w)
+    for i = 1, #flat, 2 do
+      local kind, minute = string.sub(flat[i], 1, 1), tonumber(string.sub(flat[i], 2))
+      if kind ~= 'h' and minute >= first and minute <= last then
+        found[minute] = found[minute] or { 0, 0 }
+        found[minute][kind == 'c' and 1 or 2] = tonumber(flat[i + 1])
+      end
+    end
+    return found
+  end
+  local names = {}
+  for minute = first, last do
+    names[#names + 1] = 'c' .. minute
+    names[#names + 1] = 'n' .. minute
+  end
+  local values = redis.call('HMGET', st.w, unpack(names))
+  for k = 1, #names, 2 do
+    if values[k] or values[k + 1] then found[first + (k - 1) / 2] = { tonumber(values[k] or '0'), tonumber(values[k + 1] or '0') } end
+  end
+  return found
+end
+
+-- A tally moved on to its window's start `from`: what left it is taken off (each bucket read
+-- once, as it leaves), or it is summed from the buckets when it is new or the clock went
+-- back (another instance's ran ahead, or a test's steps back).
+local function move_tally(st, minutes, from)
+  local t = st.tallies[minutes]
+  if t and t.from == from then return end
+  if t and t.from > from then t = nil end
+  if t and st.newest < from then
+    st.tallies[minutes] = { from = from, spent = 0 }
+  else
+    local first, spent = from, 0
+    if t then first, spent = t.from, t.spent end
+    local leaving = t and buckets_between(st, first, from - 1) or buckets_between(st, from, st.newest)
+    for _, b in pairs(leaving) do
+      if t then spent = spent - b[1] else spent = spent + b[1] end
+    end
+    st.tallies[minutes] = { from = from, spent = spent }
+  end
+  st.tallies_dirty = true
+end
+
+-- The day's window moved on: the buckets that left it are taken off its totals and dropped,
+-- with their hours' share (an hour whose every minute left goes whole).
+local function move_day(st)
+  if st.from >= DAY_FROM then return end
+  if st.newest < DAY_FROM then
+    if st.total ~= 0 or st.calls ~= 0 or redis.call('EXISTS', st.w) == 1 then redis.call('DEL', st.w) end
+    st.total, st.calls = 0, 0
+  else
+    local names, hours = {}, {}
+    for minute, b in pairs(buckets_between(st, st.from, DAY_FROM - 1)) do
+      st.total, st.calls = st.total - b[1], st.calls - b[2]
+      names[#names + 1] = 'c' .. minute
+      names[#names + 1] = 'n' .. minute
+      local h = hour_of(minute)
+      hours[h] = (hours[h] or 0) + b[1]
+    end
+    if #names > 0 then redis.call('HDEL', st.w, unpack(names)) end
+    for h, cost in pairs(hours) do
+      if h * 60 + 59 < DAY_FROM then
+        redis.call('HDEL', st.w, 'h' .. h)
+      elseif cost ~= 0 then
+        redis.call('HINCRBY', st.w, 'h' .. h, fmt(-cost))
+      end
+    end
+  end
+  st.from = DAY_FROM
+  st.dirty = true
+end
+
+local STATE_FIELDS = { 'loaded', 'total', 'calls', 'from', 'newest', 'pause', 'pv', 'held', 'ign' }
+
+-- What read_state() reads of a state with `meters`: its fields, its tallies' windows and
+-- where their fields and the alert bits start; one per list of meters and call.
+local layouts = {}
+local function layout_of(meters)
+  local l = layouts[meters]
+  if l then return l end
+  local windows = tallies_of(meters)
+  local fields = { unpack(STATE_FIELDS) }
+  for _, w in ipairs(windows) do
+    fields[#fields + 1] = 't' .. w.minutes
+    fields[#fields + 1] = 'f' .. w.minutes
+  end
+  local alerts_at = #fields
   for _, m in ipairs(meters) do fields[#fields + 1] = 'al:' .. m.id end
-  local v = redis.call('HMGET', key, unpack(fields))
+  l = { fields = fields, windows = windows, alerts_at = alerts_at }
+  layouts[meters] = l
+  return l
+end
+
+-- A state as the rules read it, with its key and the ids of its user and agent ('' for a
+-- fleet); nil when it is not loaded (the caller answers NEEDS_LOAD).
+-- Nothing is written: move_on() moves its windows on to now, once the caller goes on.
+-- `meters` name the alert fields and the tallies to read.
+local function read_state(key, meters, user, agent)
+  local l = layout_of(meters)
+  local v = redis.call('HMGET', key, unpack(l.fields))
   if v[1] ~= '1' then return nil end
   local base = string.sub(key, 1, -3)
   local st = {
-    s = key, w = base .. ':w', m = base .. ':m', hz = base .. ':hz', h = base .. ':h', members = members,
-    total = tonumber(v[2] or '0'), calls = tonumber(v[3] or '0'),
-    pause = parse_pause(v[4]), pause_read = v[4] or false,
-    pv = tonumber(v[5] or '0'), held = tonumber(v[6] or '0'), holds = v[6] ~= false,
-    ign = parse_ignored(v[7]), ign_read = v[7] or false,
-    alerted = {}, alerted_read = {}, dirty = false,
+    s = key, base = base, w = base .. ':w', user = user, agent = agent,
+    total = tonumber(v[2] or 0), calls = tonumber(v[3] or 0), from = tonumber(v[4] or DAY_FROM), from_read = tonumber(v[4] or DAY_FROM),
+    newest = tonumber(v[5] or 0),
+    pause = parse_pause(v[6]), pause_read = v[6] or false,
+    pv = tonumber(v[7] or 0), held = tonumber(v[8] or 0), holds = v[8] ~= false,
+    ign = parse_ignored(v[9]), ign_read = v[9] or false,
+    windows = l.windows, tallies = {}, alerted = {}, alerted_read = {}, dirty = false, tallies_dirty = false,
   }
+  local at = #STATE_FIELDS
+  for i, w in ipairs(l.windows) do
+    local spent = v[at + 2 * i - 1]
+    if spent then st.tallies[w.minutes] = { spent = tonumber(spent), from = tonumber(v[at + 2 * i]) } end
+  end
   for i, m in ipairs(meters) do
-    st.alerted[m.id] = tonumber(v[7 + i] or '0')
-    st.alerted_read[m.id] = st.alerted[m.id]
+    local bits = tonumber(v[l.alerts_at + i] or 0)
+    st.alerted[m.id], st.alerted_read[m.id] = bits, bits
   end
   return st
 end
 
--- Writes back what changed of a state: its window's totals, its pause, ignoring-pause
--- counts and alert bits. A running state never gets a pause field (Redis memory per agent).
-local function save_state(st)
-  if st.dirty then redis.call('HSET', st.s, 'total', fmt(st.total), 'calls', fmt(st.calls)) end
-  local p = pause_text(st.pause)
-  if p ~= st.pause_read then
-    if p then redis.call('HSET', st.s, 'pause', p) else redis.call('HDEL', st.s, 'pause') end
-  end
-  local g = ignored_text(st.ign)
-  if g ~= st.ign_read then
-    if g then redis.call('HSET', st.s, 'ign', g) else redis.call('HDEL', st.s, 'ign') end
-  end
-  for id, bits in pairs(st.alerted) do
-    if bits ~= st.alerted_read[id] then
-      if bits == 0 then redis.call('HDEL', st.s, 'al:' .. id) else redis.call('HSET', st.s, 'al:' .. id, bits) end
-    end
-  end
+-- A state's windows moved on to now (RollingWindow.expire): the tallies first, which read
+-- buckets the day's window may drop. The caller saves the state (save_state) afterwards.
+local function move_on(st)
+  for _, w in ipairs(st.windows) do move_tally(st, w.minutes, w.from) end
+  move_day(st)
 end
 
--- RollingWindow.expire(): drop buckets that left the window from the head, each once.
-local function move_on(st)
-  while true do
-    local head = redis.call('LINDEX', st.m, 0)
-    if not head or in_window(tonumber(head), NOW_MINUTE) then return end
-    local b = redis.call('HMGET', st.w, 'c' .. head, 'n' .. head)
-    st.total = st.total - tonumber(b[1] or '0')
-    st.calls = st.calls - tonumber(b[2] or '0')
-    redis.call('HDEL', st.w, 'c' .. head, 'n' .. head)
-    redis.call('LPOP', st.m)
-    -- The oldest hour goes with its last bucket.
-    local h = hour_of(head)
-    local next_head = redis.call('LINDEX', st.m, 0)
-    if next_head and hour_of(next_head) == h then
-      redis.call('HINCRBY', st.w, 'h' .. h, -tonumber(b[1] or '0'))
-    else
-      redis.call('HDEL', st.w, 'h' .. h)
-    end
-    st.dirty = true
-  end
+-- What a state's window starting at `from` holds (the day's: its total; a shorter one: its
+-- tally, by its length in minutes).
+local function spent_of(st, minutes, from)
+  if from <= DAY_FROM then return st.total end
+  return st.tallies[minutes].spent
+end
+
+-- The state as the rules judge it for `meters` (policy.ts Judged): st.spent per meter.
+local function judge(st, meters)
+  st.spent = {}
+  for i, m in ipairs(meters) do st.spent[i] = spent_of(st, m.minutes, m.from) end
+  return st
 end
 
 -- RollingWindow.add(): a minute older than the newest bucket (a rebuild, a clock step back)
--- folds into the newest one, which expires later, never earlier. cost, calls: numbers.
+-- folds into the newest one, which leaves later, never earlier. cost, calls: numbers.
 local function add(st, minute, cost, calls)
-  local tail = redis.call('LINDEX', st.m, -1)
-  local bucket = minute
-  if tail and tonumber(tail) >= minute then
-    bucket = tonumber(tail)
+  -- An event is never older than the window (it is stamped on arrival): one that would be
+  -- counts from the window's first minute.
+  local bucket = math.max(minute, st.from)
+  if st.newest >= bucket then
+    bucket = st.newest
   else
-    redis.call('RPUSH', st.m, minute)
+    st.newest = bucket
     -- pushed: by the event at hand (record.lua resets it); touched: by any event of the call.
     st.pushed, st.touched = true, true
   end
   if cost ~= 0 then
-    redis.call('HINCRBY', st.w, 'c' .. bucket, fmt(cost))
-    redis.call('HINCRBY', st.w, 'h' .. hour_of(bucket), fmt(cost))
+    redis.call('HINCRBY', st.w, 'c' .. bucket, cost)
+    redis.call('HINCRBY', st.w, 'h' .. hour_of(bucket), cost)
+    for _, t in pairs(st.tallies) do
+      if bucket >= t.from then t.spent = t.spent + cost end
+    end
+    st.tallies_dirty = true
   end
   if calls ~= 0 then redis.call('HINCRBY', st.w, 'n' .. bucket, calls) end
   st.total = st.total + cost
@@ -154,48 +259,88 @@ local function add(st, minute, cost, calls)
   st.dirty = true
 end
 
--- RollingWindow.spentSince(): what the buckets of minute `from` and later hold; a window
--- that reaches back to the day's start is the whole total (nothing read), a shorter one
--- reads at most as many buckets as it has minutes.
-local function spent_since(st, from)
-  if from <= NOW_MINUTE - WINDOW + 1 then return st.total end
-  local tail = redis.call('LRANGE', st.m, -(NOW_MINUTE - from + 1), -1)
-  local fields = {}
-  for i = #tail, 1, -1 do
-    if tonumber(tail[i]) < from then break end
-    fields[#fields + 1] = 'c' .. tail[i]
+-- Writes back what changed of a state: its windows' totals and tallies, its pause,
+-- ignoring-pause counts and alert bits. A running state never gets a pause field.
+local function save_state(st)
+  local set = {}
+  if st.dirty then
+    set = { 'total', st.total, 'calls', st.calls, 'newest', st.newest }
+    if st.from ~= st.from_read then
+      set[#set + 1] = 'from'
+      set[#set + 1] = st.from
+    end
   end
-  local sum = 0
-  if #fields > 0 then
-    for _, c in ipairs(redis.call('HMGET', st.w, unpack(fields))) do sum = sum + tonumber(c or '0') end
+  if st.tallies_dirty then
+    for w, t in pairs(st.tallies) do
+      set[#set + 1] = 't' .. w
+      set[#set + 1] = t.spent
+      set[#set + 1] = 'f' .. w
+      set[#set + 1] = t.from
+    end
   end
-  return sum
-end
-
--- The state as the rules judge it for `meters` (policy.ts Judged): st.spent per meter.
-local function judge(st, meters)
-  st.spent = {}
-  for i, m in ipairs(meters) do st.spent[i] = spent_since(st, m.from) end
-  return st
-end
-
--- What the projection reads (projection.ts Spend): the cost of the last 60 minutes, and
--- {hour, cost, hour, cost, …} oldest first, as text. At most 60 buckets and 25 hours.
-local function spend(st)
-  local hours = {}
-  local first, newest = redis.call('LINDEX', st.m, 0), redis.call('LINDEX', st.m, -1)
-  if first then
-    local names = {}
-    for h = hour_of(first), hour_of(newest) do names[#names + 1] = 'h' .. h end
-    local costs = redis.call('HMGET', st.w, unpack(names))
-    for i = 1, #names do
-      if costs[i] then
-        hours[#hours + 1] = string.sub(names[i], 2)
-        hours[#hours + 1] = costs[i]
+  local p = pause_text(st.pause)
+  if p ~= st.pause_read then
+    if p then
+      set[#set + 1] = 'pause'
+      set[#set + 1] = p
+    else
+      redis.call('HDEL', st.s, 'pause')
+    end
+  end
+  local g = ignored_text(st.ign)
+  if g ~= st.ign_read then
+    if g then
+      set[#set + 1] = 'ign'
+      set[#set + 1] = g
+    else
+      redis.call('HDEL', st.s, 'ign')
+    end
+  end
+  for id, bits in pairs(st.alerted) do
+    if bits ~= st.alerted_read[id] then
+      if bits == 0 then
+        redis.call('HDEL', st.s, 'al:' .. id)
+      else
+        set[#set + 1] = 'al:' .. id
+        set[#set + 1] = bits
       end
     end
   end
-  return { last_hour = fmt(spent_since(st, NOW_MINUTE - 59)), hours = hours }
+  if #set > 0 then redis.call('HSET', st.s, unpack(set)) end
+end
+
+-- projection.ts exhaustionAt(), branch for branch, for a state's daily budget `threshold`:
+-- epoch ms (text), or nil. The hours are read only when the answer depends on them.
+local function exhaustion(st, threshold)
+  if st.total >= threshold then return fmt(NOW) end
+  local last = spent_of(st, LAST_HOUR, NOW_MINUTE - LAST_HOUR + 1)
+  if last <= 0 then return nil end
+  local function at(to_go)
+    return NOW + (to_go * HOUR_MS) / last
+  end
+  local horizon = NOW + WINDOW * MINUTE_MS
+  if at(threshold - st.total) >= horizon then return nil end
+  local names = {}
+  for h = hour_of(st.from), hour_of(st.newest) do names[#names + 1] = 'h' .. h end
+  local costs = redis.call('HMGET', st.w, unpack(names))
+  local left = 0
+  for i, name in ipairs(names) do
+    if costs[i] then
+      local hour = tonumber(string.sub(name, 2))
+      local leaves = (hour * 60 + 59 + WINDOW) * MINUTE_MS
+      if leaves > NOW then
+        local reached = at(threshold - st.total + left)
+        if reached < leaves then
+          if reached < horizon then return fmt(math.ceil(reached)) end
+          return nil
+        end
+        left = left + tonumber(costs[i])
+      end
+    end
+  end
+  local reached = at(threshold - st.total + left)
+  if reached < horizon then return fmt(math.ceil(reached)) end
+  return nil
 end
 
 -- Budget holds. A state's open holds are `held` in its :s (their sum, nano-USD; absent: it
@@ -217,8 +362,15 @@ local function parse_hold(v)
   return tonumber(amount), key_id, agent
 end
 
+-- The keys of a state's holds.
+local function hold_keys(st)
+  if not st.hz then st.hz, st.h = st.base .. ':hz', st.base .. ':h' end
+  return st.hz, st.h
+end
+
 -- Writes st.held back: the field goes once no hold is left.
 local function save_held(st)
+  hold_keys(st)
   if redis.call('ZCARD', st.hz) == 0 then
     st.held, st.holds = 0, false
     redis.call('HDEL', st.s, 'held')
@@ -231,6 +383,7 @@ end
 -- next, counted until then), and finds none left once the keys are gone.
 local function expire_holds(st)
   if not st.holds then return end
+  hold_keys(st)
   local gone = redis.call('ZRANGEBYSCORE', st.hz, '-inf', NOW, 'LIMIT', 0, 256)
   if #gone > 0 then
     for _, v in ipairs(redis.call('HMGET', st.h, unpack(gone))) do
@@ -249,11 +402,13 @@ end
 -- The state's open hold `id` (expire_holds first: an expired one is gone): its entry, or nil.
 local function open_hold(st, id)
   if not st.holds then return nil end
+  hold_keys(st)
   return redis.call('HGET', st.h, id) or nil
 end
 
 -- Adds a hold of `amount` expiring at `expires` (ms) to the state.
 local function put_hold(st, id, amount, expires, entry)
+  hold_keys(st)
   st.held, st.holds = st.held + amount, true
   redis.call('HSET', st.s, 'held', fmt(st.held))
   redis.call('ZADD', st.hz, expires, id)
@@ -298,6 +453,12 @@ local function next_version(st)
   return version
 end
 
+-- A state's ids as the first members of its rows' JSON.
+local function members(st)
+  if not st.members then st.members = '"user_id":' .. cjson.encode(st.user) .. ',"agent_id":' .. cjson.encode(st.agent) end
+  return st.members
+end
+
 -- Journals a change of pause state (rules.lua) as its pause_transitions row, at the
 -- window's total `total`, and returns it for the reply: {scope, reason, paused, override,
 -- total, held, version, meter (0-based, -1: none), spent (the meter's, for a pause by it)}.
@@ -305,7 +466,7 @@ end
 local function transition(st, scope, change, total, actor)
   local version = next_version(st)
   local p = change.pause
-  journal('pause_transitions', '{' .. st.members .. ',"at":"' .. A.at .. '","version":' .. fmt(version) ..
+  journal('pause_transitions', '{' .. members(st) .. ',"at":"' .. A.at .. '","version":' .. fmt(version) ..
     ',"is_paused":' .. (p.paused and 'true' or 'false') .. ',"reason":"' .. change.reason .. '","override":' .. (p.override and 'true' or 'false') ..
     ',"total_nano":' .. fmt(total) .. ',"actor":' .. cjson.encode(actor or 'system') .. '}')
   local t = { scope = scope, reason = change.reason, paused = p.paused, override = p.override, total = fmt(total), held = fmt(st.held),
@@ -319,21 +480,24 @@ local function alert(st, scope, meters, fired)
   local version = next_version(st)
   local m = meters[fired.meter + 1]
   local spent = st.spent[fired.meter + 1]
-  journal('budget_alerts', '{' .. st.members .. ',"at":"' .. A.at .. '","version":' .. fmt(version) ..
+  journal('budget_alerts', '{' .. members(st) .. ',"at":"' .. A.at .. '","version":' .. fmt(version) ..
     ',"level":' .. cjson.encode(m.alert_at[fired.level + 1]) .. ',"total_nano":' .. fmt(spent) .. ',"threshold_nano":' .. fmt(m.limit) .. '}')
   return { scope = scope, meter = fired.meter, level = fired.level, spent = fmt(spent), version = fmt(version) }
 end
 
 -- Event ids: at most 64 bytes each. An id is kept as a 12-byte fingerprint (hex) of (user,
--- agent, event id), computed by the caller, in its partition's table for the UTC hour of the
--- minute it was counted in: {p}:e:<hour>:<i>, a linear hash of small hashes, each held by
--- Redis in its compact listpack encoding (under 128 fields: a bucket splits when the table
--- averages SPLIT_AT ids per bucket). {p}:e (K.ids) holds b<hour> (buckets) and n<hour> (ids)
--- per table. A table's keys expire when its last minute has left the window, all at once;
--- until then an entry whose own minute has left it is not found, so the window's edge is
--- exact to the minute. Bucket keys are named from K.ids in the script: they carry its hash
--- tag, so they are in the script's slot.
+-- agent, event id), computed by the caller, in its partition's table of the six UTC hours
+-- of the minute it was counted in: {p}:ids:<period>:<i>, a linear hash of small hashes, each
+-- held by Redis in its compact listpack encoding (under 128 fields: a bucket splits when the
+-- table averages SPLIT_AT ids per bucket). {p}:ids (K.ids) holds b<period> (buckets) and
+-- n<period> (ids) per table. A table's keys expire when its last minute has left the window,
+-- all at once; until then an entry whose own minute has left it is not found, so the
+-- window's edge is exact to the minute. Six hours a table: a new id is looked up in at most
+-- five tables, and an id is kept at most 30 h.
+-- Bucket keys are named from K.ids in the script: they carry its hash tag, so they are in
+-- the script's slot.
 local SPLIT_AT = 40
+local PERIOD = 360 -- minutes a table of ids covers
 
 local function h32(fp)
   return tonumber(string.sub(fp, 1, 8), 16)
@@ -348,24 +512,24 @@ local function bucket_of(h, buckets)
   return i
 end
 
-local function id_bucket(hour, i)
-  return K.ids .. ':' .. hour .. ':' .. i
+local function id_bucket(period, i)
+  return K.ids .. ':' .. period .. ':' .. i
 end
 
--- The partition's tables still in the window: {[hour] = {b = buckets, n = ids}}; the meta of
--- those that left it is dropped (their buckets expire on their own).
+-- The partition's tables still in the window: {[period] = {b = buckets, n = ids}}; the meta
+-- of those that left it is dropped (their buckets expire on their own).
 local function id_tables()
   local flat = redis.call('HGETALL', K.ids)
   local t = {}
   for i = 1, #flat, 2 do
-    local hour = tonumber(string.sub(flat[i], 2))
-    t[hour] = t[hour] or { b = 1, n = 0 }
-    t[hour][string.sub(flat[i], 1, 1)] = tonumber(flat[i + 1])
+    local period = tonumber(string.sub(flat[i], 2))
+    t[period] = t[period] or { b = 1, n = 0 }
+    t[period][string.sub(flat[i], 1, 1)] = tonumber(flat[i + 1])
   end
-  for hour in pairs(t) do
-    if not in_window(hour * 60 + 59, NOW_MINUTE) then
-      redis.call('HDEL', K.ids, 'b' .. hour, 'n' .. hour)
-      t[hour] = nil
+  for period in pairs(t) do
+    if (period + 1) * PERIOD - 1 < DAY_FROM then
+      redis.call('HDEL', K.ids, 'b' .. period, 'n' .. period)
+      t[period] = nil
     end
   end
   return t
@@ -374,31 +538,32 @@ end
 -- The cost the id was counted with (text), while its minute is in the window; nil otherwise.
 local function seen_cost(tables, fp)
   local h = h32(fp)
-  for hour, tb in pairs(tables) do
-    local v = redis.call('HGET', id_bucket(hour, bucket_of(h, tb.b)), fp)
+  for period, tb in pairs(tables) do
+    local v = redis.call('HGET', id_bucket(period, bucket_of(h, tb.b)), fp)
     if v then
       local sep = string.find(v, ':', 1, true)
-      if in_window(hour * 60 + tonumber(string.sub(v, sep + 1)), NOW_MINUTE) then return string.sub(v, 1, sep - 1) end
+      if period * PERIOD + tonumber(string.sub(v, sep + 1)) >= DAY_FROM then return string.sub(v, 1, sep - 1) end
     end
   end
   return nil
 end
 
 -- Remembers an id (the caller looked it up first) as counted at `cost` (text) in `minute`.
+-- The table's meta is written back by save_ids(), once per call.
 local function remember(tables, fp, cost, minute)
-  local hour = math.floor(minute / 60)
-  local tb = tables[hour]
-  if not tb then
-    tb = { b = 1, n = 0 }
-    tables[hour] = tb
-  end
+  local period = math.floor(minute / PERIOD)
+  local tb = tables[period]
   -- Relative to the caller's clock, as the window is: the TTL only collects garbage.
-  local ttl = math.max(1, ((hour + 1) * 60 + WINDOW) * MINUTE_MS - NOW)
+  local ttl = math.max(1, ((period + 1) * PERIOD + WINDOW) * MINUTE_MS - NOW)
+  if not tb then
+    tb = { b = 1, n = 0, new = true }
+    tables[period] = tb
+  end
   if tb.n + 1 > SPLIT_AT * tb.b then
     -- The next bucket in order splits: its ids that now address the new bucket move there.
     local size = 1
     while size * 2 <= tb.b do size = size * 2 end
-    local from, to = id_bucket(hour, tb.b - size), id_bucket(hour, tb.b)
+    local from, to = id_bucket(period, tb.b - size), id_bucket(period, tb.b)
     local flat = redis.call('HGETALL', from)
     for i = 1, #flat, 2 do
       if bucket_of(h32(flat[i]), tb.b + 1) == tb.b then
@@ -409,12 +574,27 @@ local function remember(tables, fp, cost, minute)
     redis.call('PEXPIRE', to, ttl)
     tb.b = tb.b + 1
   end
-  local key = id_bucket(hour, bucket_of(h32(fp), tb.b))
-  if redis.call('HSETNX', key, fp, cost .. ':' .. (minute - hour * 60)) == 0 then return end
+  local key = id_bucket(period, bucket_of(h32(fp), tb.b))
+  if redis.call('HSETNX', key, fp, cost .. ':' .. (minute - period * PERIOD)) == 0 then return end
+  -- Every key of a table expires at its end: set when the table's first bucket is written.
+  if tb.new then
+    redis.call('PEXPIRE', key, ttl)
+    tb.new = false
+  end
   tb.n = tb.n + 1
-  redis.call('HSET', K.ids, 'b' .. hour, tb.b, 'n' .. hour, tb.n)
-  redis.call('PEXPIRE', key, ttl)
-  if redis.call('PTTL', K.ids) < ttl then redis.call('PEXPIRE', K.ids, ttl) end
+  tb.dirty, tb.ttl = true, ttl
+end
+
+-- Writes back the meta of the tables remember() changed.
+local function save_ids(tables)
+  local ttl = 0
+  for period, tb in pairs(tables) do
+    if tb.dirty then
+      redis.call('HSET', K.ids, 'b' .. period, tb.b, 'n' .. period, tb.n)
+      ttl = math.max(ttl, tb.ttl)
+    end
+  end
+  if ttl > 0 and redis.call('PTTL', K.ids) < ttl then redis.call('PEXPIRE', K.ids, ttl) end
 end
 
 -- Writes refresh a state's TTL, so an idle agent expires on its own and is loaded again from
@@ -424,7 +604,6 @@ end
 local function touch(st)
   redis.call('PEXPIRE', st.s, TTL)
   redis.call('PEXPIRE', st.w, TTL)
-  redis.call('PEXPIRE', st.m, TTL)
 end
 
 -- A control answer: what the caller must do before the script can act (redis.ts), sent
@@ -435,15 +614,34 @@ local function control(name, detail)
   return '{"control":"' .. name .. '","detail":' .. cjson.encode(detail or {}) .. '}'
 end
 
--- A STALE control answer when a state's policy version is not the one the caller resolved
--- its meters from (each argument: {state, pv expected}): the caller learns the stored
--- policies ({key, pv, policy (JSON, or absent: the default)}) and calls again. nil when
--- every state's is.
-local function stale(...)
-  local out = {}
-  for _, x in ipairs({ ... }) do
-    if x[1].pv ~= x[2] then out[#out + 1] = { key = x[1].s, pv = fmt(x[1].pv), policy = redis.call('HGET', x[1].s, 'policy') or nil } end
+
+-- Reads every state of the call (A.states: {id (its key id), pv, meters (an index into
+-- A.meters, the lists of resolved meters), user, agent ('' for a fleet), budget (the daily
+-- budget its projection aims at, absent: none), index (a fleet's: its user's agent index)},
+-- their keys A.base ..
+-- id .. ':s'). Answers nil and a control answer when one is not loaded (NEEDS_LOAD) or its
+-- policy is not the one its meters were resolved from (STALE), before anything is written;
+-- else the states in that order, their windows and holds moved on to now.
+local function read_states()
+  local list, missing, stale = {}, {}, {}
+  for i, s in ipairs(A.states) do
+    local key = A.base .. s.id .. ':s'
+    local st = read_state(key, A.meters[s.meters], s.user, s.agent)
+    if not st then
+      missing[#missing + 1] = key
+    elseif st.pv ~= s.pv then
+      -- Learnt by the caller ({key, pv, policy (JSON, or absent: the default)}), which calls again.
+      stale[#stale + 1] = { key = key, pv = fmt(st.pv), policy = redis.call('HGET', key, 'policy') or nil }
+    else
+      st.meters, st.budget, st.index = A.meters[s.meters], s.budget, s.index
+      list[i] = st
+    end
   end
-  if #out > 0 then return control('STALE', { stale = out }) end
-  return nil
+  if #missing > 0 then return nil, control('NEEDS_LOAD', { keys = missing }) end
+  if #stale > 0 then return nil, control('STALE', { stale = stale }) end
+  for _, st in ipairs(list) do
+    move_on(st)
+    expire_holds(st)
+  end
+  return list
 end
