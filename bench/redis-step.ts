@@ -20,7 +20,7 @@ import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { RedisHotState } from '../src/hot-state/redis.ts'
-import type { AgentPolicy, HotState, RecordEvent } from '../src/hot-state/types.ts'
+import { DEFAULT_POLICY, type AgentPolicy, type HotState, type RecordEvent } from '../src/hot-state/types.ts'
 import { RedisJournal } from '../src/journal/redis-streams.ts'
 import { toChDateTime64us } from '../src/storage/clickhouse.ts'
 import { startRedis } from '../test/helpers/redis.ts'
@@ -53,9 +53,8 @@ const hs = new RedisHotState({
 
 // Every rule, none of which acts during the run: five levels, a budget and a velocity limit.
 const every = (thresholdUsd: number): AgentPolicy => ({
+  ...DEFAULT_POLICY,
   thresholdNano: thresholdUsd * USD,
-  autoResume: false,
-  webhookUrl: null,
   alertAt: [0.5, 0.6, 0.7, 0.8, 0.9],
   velocityLimitNano: thresholdUsd * USD,
   velocityWindowMinutes: 60,
