@@ -1,6 +1,7 @@
 import { hash } from 'node:crypto'
 import type { Nano } from '../money.ts'
 import { inWindow } from '../window.ts'
+import { agentKey } from './types.ts'
 
 /**
  * The event ids of the window, with the cost each was counted at, in at most 64 bytes per
@@ -62,7 +63,7 @@ export class EventIdSet {
 export type Fingerprint = readonly [number, number, number, number]
 
 export function fingerprint(userId: string, agentId: string, eventId: string): Fingerprint {
-  return fingerprintOf(hash('sha256', `${userId}\0${agentId}\0${eventId}`, 'buffer'))
+  return fingerprintOf(hash('sha256', `${agentKey({ userId, agentId })}\0${eventId}`, 'buffer'))
 }
 
 /**

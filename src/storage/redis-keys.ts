@@ -1,4 +1,5 @@
 import { hash } from 'node:crypto'
+import { agentKey } from '../hot-state/types.ts'
 
 /**
  * How burnrate names its Redis keys: every key of a user -- its agents' hot state,
@@ -20,7 +21,7 @@ export function partitionTag(partition: number): string {
  * characters the ids hold (no escaping, a fixed length however long the ids).
  */
 export function agentKeyId(userId: string, agentId: string): string {
-  return hash('sha256', `${userId}\0${agentId}`, 'hex').slice(0, 32)
+  return hash('sha256', agentKey({ userId, agentId }), 'hex').slice(0, 32)
 }
 
 /** A user's name in key names: 32 hex characters of SHA-256 of the user id. */
@@ -36,5 +37,5 @@ export function userKeyId(userId: string): string {
  * of the whole command into Buffer concatenation, which cost a tenth of the CPU (bench/).
  */
 export function eventFingerprint(userId: string, agentId: string, eventId: string): string {
-  return hash('sha256', `${userId}\0${agentId}\0${eventId}`, 'hex').slice(0, 24)
+  return hash('sha256', `${agentKey({ userId, agentId })}\0${eventId}`, 'hex').slice(0, 24)
 }
