@@ -78,6 +78,9 @@ export interface LoadSummary extends Measured {
   rate: number | null
   /** The warmup run before the measurement (null without one); its requests reach the server too. */
   warmup: (Counts & { durationS: number }) | null
+  /** When the measured run started and ended (epoch ms, this machine's clock): what the server did meanwhile is the phase's. */
+  startedAt: number
+  endedAt: number
 }
 
 const MAX_CONNECTIONS = 1000
@@ -213,8 +216,10 @@ async function main(): Promise<void> {
     const w = await timed(`warmup-${prefix}`, warmup)
     warm = { ok: w.ok, non2xx: w.non2xx, errors: w.errors, timeouts: w.timeouts, sent: w.sent, durationS: w.durationS }
   }
+  const startedAt = Date.now()
   const measured = oncePerAgent ? await saturation(url, headers, bodies(prefix), connections, { amount: agents }) : await timed(prefix, duration)
-  const summary: LoadSummary = { url: base.origin, connections, agents, agentPrefix: prefix, rate, ...measured, warmup: warm }
+  const endedAt = Date.now()
+  const summary: LoadSummary = { url: base.origin, connections, agents, agentPrefix: prefix, rate, ...measured, warmup: warm, startedAt, endedAt }
   process.stdout.write(`${JSON.stringify(summary)}\n`)
 }
 

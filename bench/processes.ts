@@ -227,7 +227,7 @@ export async function load(url: string, apiKey: string, opts: LoadOptions, phase
     ...(phase.holds ? ['--holds'] : []),
   ]
   // A pass over the agents is as long as the server takes: bounded by every request timing out.
-  const measuredS = phase.load === 'once-per-agent' ? Math.ceil(opts.agents / opts.connections) * REQUEST_TIMEOUT_S : opts.duration
+  const measuredS = phase.load === 'once-per-agent' ? Math.ceil((phase.agents ?? opts.agents) / opts.connections) * REQUEST_TIMEOUT_S : opts.duration
   const timeoutMs = (phase.warmup + measuredS + 60) * 1000
   const out = await run(args, { ...process.env, BENCH_API_KEY: apiKey }, `load against ${url}`, timeoutMs)
   const last = out.trim().split('\n').at(-1)

@@ -4,21 +4,28 @@
  * everysec (the production shape; the project's test helpers start it), in two shapes:
  *
  * - REDIS_URL, one redis-server: cold (every agent loaded from
- *   ClickHouse), warm saturation, 50 % of it; then what Redis holds per agent and per
- *   remembered event id; last, POST /holds at saturation for the same agents,
- *   after the memory is measured so their keys do not count in it.
+ *   ClickHouse), warm saturation with what it cost Redis (INFO commandstats and
+ *   redis-server's CPU over the phase, bench/redis-figures.ts), which script each call ran
+ *   (a pass of one event per agent with every command in the SLOWLOG), 50 % of it; then
+ *   what Redis holds per agent and per remembered event id; POST /holds at saturation for
+ *   the same agents, after the memory is measured so their keys do not count in
+ *   it; last, a cold start as an operator meets it: agents with a history in ClickHouse,
+ *   Redis flushed under the running burnrate, then each agent's first event.
  * - REDIS_CLUSTER_NODES, three masters with a replica each: cold, warm
  *   saturation, and warm saturation again with REDIS_WAIT_REPLICAS=1 (every durable write
  *   waits for a replica to hold it).
  *
  * Both end with the stored = acknowledged check over every phase, and count their failures.
  */
+import { randomUUID } from 'node:crypto'
 import { mkdir, rm, rmdir } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
+import type { Redis } from 'ioredis'
 import { startRedis } from '../test/helpers/redis.ts'
 import { startRedisCluster } from '../test/helpers/redis-cluster.ts'
 import type { LoadSummary } from './load.ts'
-import { createKey, cutOff, failures, halfOf, load, redisMemory, startBurnrate, stop, storedLlmCalls, withCpu, type LoadOptions } from './processes.ts'
+import { createKey, cutOff, failures, getJson, halfOf, load, postJson, redisMemory, startBurnrate, stop, storedLlmCalls, withCpu, type LoadOptions } from './processes.ts'
+import { loaderFigures, measureRedis, rateLimiterAlone, readTrace, sampleScripts, type LoaderFigures, type RedisCost, type ScriptStat } from './redis-figures.ts'
 
 type Timed = LoadSummary & { cpuUsPerRequest: number | null }
 
@@ -26,6 +33,8 @@ type Timed = LoadSummary & { cpuUsPerRequest: number | null }
 export interface StoreRunResult {
   cold: LoadSummary
   warm: Timed
+  /** What the warm phase cost the store (REDIS_URL only: INFO commandstats, redis-server's CPU); null when not measured. */
+  warmRedis: RedisCost | null
   /** Every acknowledged event stored once; up to `cutOff` more (requests cut off unanswered when a timed run stopped). */
   check: { stored: number; acked: number; cutOff: number; ok: boolean }
   /** Non-2xx responses, connection errors and timeouts over every phase of the run, warmups included. */
@@ -33,9 +42,34 @@ export interface StoreRunResult {
 }
 
 export interface RedisModeResult extends StoreRunResult {
+  /** Which script each call ran, from a pass of one event for each of `events` warm agents with every command in the SLOWLOG. */
+  scripts: { events: number; byScript: ScriptStat[]; complete: boolean }
+  /** Redis's µs per call of @fastify/rate-limit's script alone (null when not found): how the warm phase's script time is split. */
+  rateLimiterUsPerCall: number | null
   half: LoadSummary
   holds: Timed
   memory: Awaited<ReturnType<typeof redisMemory>>
+  coldStart: ColdStartResult
+  /** The agent loader's batches (bench/trace-clickhouse.ts) in the cold phases: the run's first, the cold start's new agents, and after FLUSHALL. */
+  loader: { cold: LoaderFigures; newAgents: LoaderFigures; flushed: LoaderFigures }
+}
+
+/** The cold start an operator meets: agents with a history, Redis flushed under burnrate, then each agent's first event. */
+export interface ColdStartResult {
+  agents: number
+  /** HISTORY_EVENTS passes of one event per agent; the first one's agents are new to burnrate (no history). */
+  history: LoadSummary[]
+  /** Seconds from the last history event acknowledged to every one of them in ClickHouse and the journal empty. */
+  shippedS: number
+  /** The first event of each agent after FLUSHALL. */
+  flushed: LoadSummary
+  /**
+   * After that pass: seconds until its events were in ClickHouse too (null: not within
+   * SHIPPED_TIMEOUT_MS, the journal does not ship after a flush); what burnrate's journal
+   * keeps in Redis: whether the instance is registered again (its lease renewal does it,
+   * every third of a lease), and the partition count (null: not recorded again).
+   */
+  after: { shippedS: number | null; registered: boolean; partitions: string | null }
 }
 
 export interface ClusterModeResult extends StoreRunResult {
@@ -47,6 +81,8 @@ export interface ClusterModeResult extends StoreRunResult {
 interface Store {
   env: Record<string, string>
   stop(): Promise<void>
+  /** Starts measuring what a phase costs the store; the function returned ends it, for the events the phase acknowledged. */
+  measure?(): Promise<(events: number) => Promise<RedisCost>>
 }
 
 /** The burnrate under test, for the phases a store run adds after cold and warm. */
@@ -83,7 +119,7 @@ async function storeRun<S extends Store, M extends MorePhases>(
   opts: LoadOptions & { warmup: number },
   agentPrefix: string,
   startStore: (dir: string) => Promise<S>,
-  more: (target: Target, store: S, warm: Timed) => Promise<M>,
+  more: (target: Target, store: S, phases: { cold: LoadSummary; warm: Timed }) => Promise<M>,
 ): Promise<StoreRunResult & Omit<M, keyof MorePhases>> {
   await mkdir(join(dir, 'store'), { recursive: true })
   await mkdir(join(dir, 'data'), { recursive: true })
@@ -112,15 +148,19 @@ async function storeRun<S extends Store, M extends MorePhases>(
         },
       }
       const cold = await load(target.url, apiKey, opts, { agentPrefix, warmup: opts.warmup, load: 'once-per-agent' })
+      // Redis's counters are reset just before the phase and read just after it: the load
+      // process's start and end count in them, without a request of the phase missed.
+      const measuring = await store.measure?.()
       const warm = await withCpu(target.pid, load(target.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
-      const { events, others, ...extra } = await more(target, store, warm)
+      const warmRedis = measuring ? await measuring(warm.ok) : null
+      const { events, others, ...extra } = await more(target, store, { cold, warm })
       const stored = await storedLlmCalls(target.url, apiKey)
       const runs = [cold, warm, ...events]
       const acked = runs.reduce((n, s) => n + s.ok + (s.warmup?.ok ?? 0), 0)
       // Requests autocannon cut off at the end of a timed run may have been stored unseen.
       const cut = runs.reduce((n, s) => n + cutOff(s) + (s.warmup ? cutOff(s.warmup) : 0), 0)
       const failed = [...runs, ...others].reduce((n, s) => n + failures(s), 0)
-      return { cold, warm, ...extra, check: { stored, acked, cutOff: cut, ok: stored >= acked && stored <= acked + cut }, failed }
+      return { cold, warm, warmRedis, ...extra, check: { stored, acked, cutOff: cut, ok: stored >= acked && stored <= acked + cut }, failed }
     } finally {
       await stop(burnrate.child, 'burnrate')
     }
@@ -130,24 +170,122 @@ async function storeRun<S extends Store, M extends MorePhases>(
 }
 
 /** REDIS_URL on a redis-server of the run's own. */
-export async function redisMode(dir: string, opts: LoadOptions & { warmup: number }, agentPrefix: string): Promise<RedisModeResult> {
+export async function redisMode(dir: string, opts: LoadOptions & { warmup: number; coldAgents: number }, agentPrefix: string): Promise<RedisModeResult> {
+  const trace = join(dir, 'clickhouse-trace.jsonl')
   return storeRun(
     dir,
     opts,
     agentPrefix,
     async (storeDir) => {
       const redis = await startRedis({ dir: storeDir })
-      return { url: redis.url, env: { REDIS_URL: redis.url }, stop: () => redis.stop() }
+      // burnrate (and its CLI) with bench/trace-clickhouse.ts preloaded: its ClickHouse queries timed, to a file.
+      const env = {
+        REDIS_URL: redis.url,
+        NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${JSON.stringify(TRACE_PRELOAD)}`.trim(),
+        BENCH_CLICKHOUSE_TRACE: trace,
+      }
+      return { url: redis.url, client: redis.redis, env, stop: () => redis.stop(), measure: () => measureRedis(redis.redis) }
     },
-    async (t, redis, warm) => {
+    async (t, redis, { cold, warm }) => {
+      const rateLimiterUsPerCall = await rateLimiterAlone(redis.client)
+      // Which script each call runs, in a pass of its own: one event for each of (at most
+      // SAMPLED_AGENTS of) the warm phase's agents, all known, every command in the SLOWLOG.
+      const sampled = Math.min(opts.agents, SAMPLED_AGENTS)
+      const sample = await sampleScripts(redis.client, sampled * SLOWLOG_ENTRIES_PER_EVENT + 1000, () =>
+        load(t.url, t.apiKey, opts, { agentPrefix, warmup: 0, load: 'once-per-agent', agents: sampled }),
+      )
       const half = await load(t.url, t.apiKey, opts, { agentPrefix, warmup: opts.warmup, load: { rate: halfOf(warm) } })
       const memory = await redisMemory(redis.url)
       // Holds store no llm_call: they stay out of stored = acknowledged.
       const holds = await withCpu(t.pid, load(t.url, t.apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', holds: true }))
-      return { events: [half], others: [holds], half, holds, memory }
+      const coldStart = await flushedColdStart(t, redis.client, opts, `history-${agentPrefix}`, opts.coldAgents)
+      const traced = readTrace(trace)
+      const loader = (s: LoadSummary) => loaderFigures(traced, s.startedAt, s.endedAt)
+      return {
+        events: [sample.result, half, ...coldStart.history, coldStart.flushed],
+        others: [holds],
+        scripts: { events: sample.result.ok, byScript: sample.byScript, complete: sample.complete },
+        rateLimiterUsPerCall,
+        half,
+        holds,
+        memory,
+        coldStart,
+        loader: { cold: loader(cold), newAgents: loader(coldStart.history[0]!), flushed: loader(coldStart.flushed) },
+      }
     },
   )
 }
+
+const TRACE_PRELOAD = join(import.meta.dirname, 'trace-clickhouse.ts')
+/** At most this many agents in the pass whose commands the SLOWLOG records. */
+const SAMPLED_AGENTS = 1000
+/** Room in the SLOWLOG per event of that pass: two scripts and the twenty-odd commands they call (each entry up to a few kB). */
+const SLOWLOG_ENTRIES_PER_EVENT = 50
+/** Events each agent of the cold start sends before Redis is flushed: its history in ClickHouse. */
+const HISTORY_EVENTS = 3
+/** burnrate's Redis keys' prefix (the hot state's and the journal's default). */
+const KEY_PREFIX = 'br:'
+/** How long the events of a pass may take to reach ClickHouse. */
+const SHIPPED_TIMEOUT_MS = 120_000
+
+/**
+ * A cold start as an operator meets it: `agents` agents of one user send HISTORY_EVENTS
+ * events each (one pass per event: the first pass's agents are new to burnrate), the bench
+ * waits until every one of them is in ClickHouse, then Redis is flushed under the running
+ * burnrate (FLUSHALL: Redis restarted without its data, or lost) and each agent sends its
+ * first event again, all of them loaded from ClickHouse with their history. Nothing else is
+ * changed: burnrate runs on, and the check after the run counts these events too.
+ */
+async function flushedColdStart(t: Target, client: Redis, opts: LoadOptions, agentPrefix: string, agents: number): Promise<ColdStartResult> {
+  const pass = () => load(t.url, t.apiKey, opts, { agentPrefix, warmup: 0, load: 'once-per-agent', agents })
+  const history: LoadSummary[] = []
+  for (let i = 0; i < HISTORY_EVENTS; i++) history.push(await pass())
+  const shippedS = await shippedToClickHouse(t, `${agentPrefix}0`)
+  if (shippedS === null) throw new Error(`cold start: the history was not in ClickHouse within ${SHIPPED_TIMEOUT_MS / 1000} s`)
+  await client.flushall()
+  const flushed = await pass()
+  // burnrate goes on after the flush: its journal ships again (its lease renewal takes the
+  // ownership Redis lost back, src/journal/redis-streams.ts renew), and registers it again;
+  // the partition count is recorded at start-up only (register).
+  const shippedAfter = await shippedToClickHouse(t, `${agentPrefix}0`)
+  const registered = (await client.scard(`${KEY_PREFIX}ship:instances`)) > 0
+  const partitions = await client.get(`${KEY_PREFIX}partitions`)
+  return { agents, history, shippedS, flushed, after: { shippedS: shippedAfter, registered, partitions } }
+}
+
+
+/**
+ * Seconds until everything acknowledged so far is in ClickHouse (null: not within
+ * SHIPPED_TIMEOUT_MS): a last event of the user (a tool_call, so not an llm_call the check
+ * counts) is readable through GET /agents/events, which reads ClickHouse alone, and the
+ * journal is empty (/readyz). A user's rows are appended to one stream and shipped in its
+ * order, so once the last one is in ClickHouse every earlier one is; the empty journal says
+ * its batch was committed too.
+ */
+async function shippedToClickHouse(t: Target, agentId: string): Promise<number | null> {
+  const started = performance.now()
+  const eventId = randomUUID()
+  await postJson(t.url, t.apiKey, '/events', { agent_id: agentId, event_type: 'tool_call', tool_name: 'bench-sentinel', event_id: eventId })
+  const until = async (done: () => Promise<boolean>) => {
+    for (;;) {
+      if (await done()) return true
+      if (performance.now() - started > SHIPPED_TIMEOUT_MS) return false
+      await sleep(100)
+    }
+  }
+  const shipped =
+    (await until(async () => {
+      const { events } = await getJson<{ events: Array<{ event_id: string }> }>(t.url, t.apiKey, '/agents/events?limit=1')
+      return events[0]?.event_id === eventId
+    })) &&
+    (await until(async () => {
+      const res = await fetch(new URL('/readyz', t.url), { signal: AbortSignal.timeout(10_000) })
+      return ((await res.json()) as { journal?: { rows?: number } }).journal?.rows === 0
+    }))
+  return shipped ? (performance.now() - started) / 1000 : null
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
 /**
  * REDIS_CLUSTER_NODES on a Redis Cluster of the run's own. The replica wait is a

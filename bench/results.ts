@@ -1,6 +1,7 @@
 /**
  * A bench run's figures: one file per run, bench/results/<timestamp>.json (the machine, the
- * options and every figure with its unit), and one markdown table.
+ * options, every figure with its unit, and the details behind some of them), and one
+ * markdown table.
  */
 import { availableParallelism, cpus, totalmem } from 'node:os'
 import { mkdir, writeFile } from 'node:fs/promises'
@@ -15,13 +16,14 @@ export interface Figure {
   ratio?: number
 }
 
-export async function writeResults(options: object, figures: readonly Figure[]): Promise<string> {
+/** `details`: what a figure was computed from, for a reader who wants all of it (every INFO commandstats line of a phase). */
+export async function writeResults(options: object, figures: readonly Figure[], details: object = {}): Promise<string> {
   const at = new Date()
   const dir = join(ROOT, 'bench', 'results')
   await mkdir(dir, { recursive: true })
   const file = join(dir, `${at.toISOString().replace(/[:.]/g, '-')}.json`)
   const machine = { cores: availableParallelism(), cpu: cpus()[0]?.model ?? 'unknown', memoryBytes: totalmem(), node: process.versions.node, platform: process.platform }
-  await writeFile(file, `${JSON.stringify({ at: at.toISOString(), machine, options, figures }, null, 2)}\n`)
+  await writeFile(file, `${JSON.stringify({ at: at.toISOString(), machine, options, figures, details }, null, 2)}\n`)
   return file
 }
 

@@ -14,13 +14,16 @@
  *   4. checks that the events burnrate acknowledged are the ones it stores (GET /agents),
  *      and that no request failed; exits 1 if not;
  *   5. unless BENCH_REDIS_URL is set, the Redis hot state (bench/redis-mode.ts): REDIS_URL on
- *      a redis-server of the run's own, then REDIS_CLUSTER_NODES on a Redis Cluster of its
- *      own, without and with REDIS_WAIT_REPLICAS=1, each with the same checks;
+ *      a redis-server of the run's own (with what the warm phase cost Redis, per event and
+ *      per request beside burnrate's CPU, and a cold start of agents with a history after
+ *      FLUSHALL), then REDIS_CLUSTER_NODES on a Redis Cluster of its own, without and with
+ *      REDIS_WAIT_REPLICAS=1, each with the same checks;
  *   6. history and the write path through an outage; every figure to bench/results.
  *
  * Options (argv wins over env): --connections / BENCH_CONNECTIONS (50), --duration /
  * BENCH_DURATION seconds per timed phase (10), --warmup / BENCH_WARMUP seconds (2), --agents /
- * BENCH_AGENTS (1000), BENCH_REDIS_URL to give burnrate a Redis hot state, and
+ * BENCH_AGENTS (1000), --cold-agents / BENCH_COLD_AGENTS (2000: the REDIS_URL run's cold start
+ * after FLUSHALL), BENCH_REDIS_URL to give burnrate a Redis hot state, and
  * BENCH_CPU_PROF=<dir> to run burnrate under `node --cpu-prof` and print where it spent its time.
  */
 import { spawn, type ChildProcess } from 'node:child_process'
@@ -37,6 +40,7 @@ import { summarizeProfile } from './cpu-profile.ts'
 import { history, historyFigures, historyTable } from './history.ts'
 import { markdown, writeResults, type Figure } from './results.ts'
 import { clusterMode, redisMode, type ClusterModeResult, type RedisModeResult, type StoreRunResult } from './redis-mode.ts'
+import { RATE_LIMITER, type LoaderFigures, type ScriptStat } from './redis-figures.ts'
 import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
 import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, failures, getJson, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, type LoadSummary } from './load.ts'
@@ -58,12 +62,14 @@ interface Options {
   duration: number
   warmup: number
   agents: number
+  /** Agents of the REDIS_URL run's cold start after FLUSHALL, each with a history. */
+  coldAgents: number
   cpuProfDir: string | null
 }
 
 function options(): Options {
   const { values } = parseArgs({
-    options: { full: { type: 'boolean' }, connections: { type: 'string' }, duration: { type: 'string' }, warmup: { type: 'string' }, agents: { type: 'string' } },
+    options: { full: { type: 'boolean' }, connections: { type: 'string' }, duration: { type: 'string' }, warmup: { type: 'string' }, agents: { type: 'string' }, 'cold-agents': { type: 'string' } },
     strict: true,
   })
   const num = (name: string, raw: string | undefined, fallback: number, min: number, max: number) => {
@@ -79,6 +85,7 @@ function options(): Options {
     duration: num('duration', values.duration ?? env.BENCH_DURATION, full ? 20 : 10, 1, 600),
     warmup: num('warmup', values.warmup ?? env.BENCH_WARMUP, 2, 0, 600),
     agents: Math.round(num('agents', values.agents ?? env.BENCH_AGENTS, DEFAULT_AGENTS, 1, 1_000_000)),
+    coldAgents: Math.round(num('cold-agents', values['cold-agents'] ?? env.BENCH_COLD_AGENTS, 2000, 1, 100_000)),
     cpuProfDir: env.BENCH_CPU_PROF ? resolve(env.BENCH_CPU_PROF) : null,
   }
 }
@@ -127,6 +134,135 @@ async function logStats(logFile: string): Promise<{ lines: number; warnings: str
     if (level !== undefined && Number(level) >= 40 && warnings.length < 5) warnings.push(line)
   }
   return { lines, warnings }
+}
+
+// ---------------------------------------------------------------------------------------
+// The REDIS_URL run's Redis figures (bench/redis-figures.ts) and its cold start after FLUSHALL
+
+type Timed = LoadSummary & { cpuUsPerRequest: number | null }
+
+/** burnrate's CPU and redis-server's per request of the warm phase, and their sum against the embedded warm phase's burnrate alone. */
+function cpuPerRequest(r: RedisModeResult, embedded: Timed) {
+  const burnrate = r.warm.cpuUsPerRequest
+  const redis = r.warmRedis?.cpuUsPerRequest ?? null
+  const sum = burnrate !== null && redis !== null ? burnrate + redis : null
+  return { burnrate, redis, sum, toEmbedded: sum !== null && embedded.cpuUsPerRequest ? sum / embedded.cpuUsPerRequest : null }
+}
+
+/**
+ * The warm phase's script time split between @fastify/rate-limit's script and burnrate's:
+ * each one's calls per event from the SLOWLOG pass, the rate limiter's time per call alone.
+ */
+function scriptSplit(r: RedisModeResult) {
+  const w = r.warmRedis
+  const s = r.scripts
+  if (!w || s.events === 0) return null
+  const perEvent = (match: (x: ScriptStat) => boolean) => s.byScript.filter(match).reduce((n, x) => n + x.calls, 0) / s.events
+  const limiterCalls = perEvent((x) => x.name.startsWith(RATE_LIMITER))
+  const limiterUs = r.rateLimiterUsPerCall === null ? null : limiterCalls * r.rateLimiterUsPerCall
+  return {
+    rateLimiter: { callsPerEvent: limiterCalls, usPerEvent: limiterUs },
+    burnrate: { callsPerEvent: perEvent((x) => x.script && !x.name.startsWith(RATE_LIMITER)), usPerEvent: limiterUs === null ? null : w.usecPerEvent - limiterUs },
+  }
+}
+
+function redisCostLines(r: RedisModeResult, embedded: Timed): void {
+  const w = r.warmRedis
+  if (!w) return
+  const perEvent = (n: number, digits = 1) => (w.events > 0 ? fmt(n / w.events, digits) : 'n/a')
+  console.log(
+    `REDIS_URL warm saturation, Redis's time in scripts (INFO commandstats, reset just before the phase): ${fmt(w.usecPerEvent, 1)} µs per event,` +
+      ` ${fmt(w.callsPerEvent, 2)} script calls per event (EVALSHA/EVAL: ${fmt(w.scripts.calls)} calls, ${fmt(w.scripts.usec)} µs over ${fmt(w.events)} events)`,
+  )
+  const split = scriptSplit(r)
+  const us = (n: number | null, digits = 0) => (n === null ? 'n/a' : `${fmt(n, digits)} µs`)
+  if (split) {
+    console.log(
+      `  burnrate's scripts ${fmt(split.burnrate.callsPerEvent, 2)} calls per event, about ${us(split.burnrate.usPerEvent, 1)} per event;` +
+        ` @fastify/rate-limit's ${fmt(split.rateLimiter.callsPerEvent, 2)} calls per event, about ${us(split.rateLimiter.usPerEvent, 1)} per event` +
+        ` (its script alone: ${us(r.rateLimiterUsPerCall, 1)} per call; calls per event from the pass below)`,
+    )
+  }
+  const s = r.scripts
+  console.log(
+    `REDIS_URL what each call runs (SLOWLOG, every command of one event for each of ${fmt(s.events)} warm agents${s.complete ? '' : '; the log overflowed: the pass\'s end only'}):`,
+  )
+  const sample = (n: number, digits = 2) => (s.events > 0 ? fmt(n / s.events, digits) : 'n/a')
+  const calls = (x: ScriptStat) =>
+    Object.entries(x.commands)
+      .sort((a, b) => b[1] - a[1])
+      .map(([c, n]) => `${c} ${fmt(n / x.calls, 1)}`)
+      .join(', ')
+  // Every script; burnrate's commands of its own (the shipper's) when they come once in a hundred events or more.
+  for (const x of s.byScript.filter((x) => x.script || x.calls >= s.events / 100)) {
+    console.log(`  ${x.name}: ${sample(x.calls)} calls per event${Object.keys(x.commands).length ? `, each calling ${calls(x)}` : ''}`)
+  }
+  console.log('REDIS_URL warm saturation, every INFO commandstats line (a script\'s commands are counted in its own time too):')
+  console.log(
+    table([
+      ['  command', 'calls', 'calls/event', 'µs', 'µs/event'],
+      ...w.commandstats.map((c) => [`  ${c.command}`, fmt(c.calls), perEvent(c.calls, 2), fmt(c.usec), perEvent(c.usec)]),
+    ]),
+  )
+  const cpu = cpuPerRequest(r, embedded)
+  console.log(`REDIS_URL CPU per request, warm saturation: burnrate ${us(cpu.burnrate)} + redis-server ${us(cpu.redis)} = ${us(cpu.sum)}`)
+  console.log(
+    `REDIS_URL CPU per request (burnrate + Redis) / embedded burnrate CPU per request: ${cpu.toEmbedded === null ? 'n/a' : fmt(cpu.toEmbedded, 2)}` +
+      ` (${us(cpu.sum)} against ${us(embedded.cpuUsPerRequest)} in the embedded warm phase of this run; target ≤ 1.3)`,
+  )
+}
+
+function coldStartLines(
+  r: RedisModeResult,
+  earlier: Array<[string, LoadSummary]>,
+  header: (title: string) => string[],
+  row: (name: string, s: LoadSummary, toCeiling: boolean) => string[],
+): void {
+  const c = r.coldStart
+  const nth = ['1st', '2nd', '3rd']
+  console.log(
+    `\nREDIS_URL cold start with a history: ${fmt(c.agents)} agents of one user, ${c.history.length} events each (in ClickHouse ${fmt(c.shippedS, 1)} s after the last), then FLUSHALL under the running burnrate`,
+  )
+  console.log(
+    table([
+      header('REDIS_URL cold start phase'),
+      ...c.history.map((h, i) => row(`history, ${nth[i] ?? `${i + 1}th`} event of each agent${i === 0 ? ' (new, no history)' : ''}`, h, false)),
+      row('after FLUSHALL, 1st event of each agent', c.flushed, false),
+    ]),
+  )
+  const brief = (s: LoadSummary) => `p50 ${fmt(s.latencyMs.p50, 1)} ms, p99 ${fmt(s.latencyMs.p99, 1)} ms, max ${fmt(s.latencyMs.max, 1)} ms, ${fmt(s.requestsPerSec)} req/s`
+  console.log(`REDIS_URL cold start after FLUSHALL: ${brief(c.flushed)} (target: p99 ≤ 250 ms)`)
+  for (const [name, s] of [[`the same ${fmt(c.agents)} agents new (history, 1st event)`, c.history[0]!] as [string, LoadSummary], ...earlier]) {
+    console.log(`  against ${name}, ${fmt(s.agents)} agents: ${brief(s)}`)
+  }
+  const loaderRow = (name: string, l: LoaderFigures) => [
+    name,
+    fmt(l.batches),
+    l.batches ? fmt(l.agents / l.batches, 1) : '-',
+    fmt(l.queriesPerBatch, 1),
+    fmt(l.rowsPerBatch, 1),
+    fmt(l.batchMs.p50, 0),
+    fmt(l.batchMs.p99, 0),
+    fmt(l.batchMs.max, 0),
+    fmt(l.others),
+  ]
+  console.log(
+    table([
+      ['agent loader (ClickHouse queries traced)', 'batches', 'agents/batch', 'queries/batch', 'rows/batch', 'batch p50 ms', 'p99 ms', 'max ms', 'other queries'],
+      loaderRow(`REDIS_URL cold, ${fmt(r.cold.agents)} new agents`, r.loader.cold),
+      loaderRow(`cold start, ${fmt(c.agents)} new agents`, r.loader.newAgents),
+      loaderRow(`after FLUSHALL, ${fmt(c.agents)} with history`, r.loader.flushed),
+    ]),
+  )
+  const a = c.after
+  console.log(
+    `after FLUSHALL: the journal's instance ${a.registered ? 'registered again (its lease renewal)' : 'NOT registered again'};` +
+      ` the partition count ${a.partitions === null ? 'not recorded again (a next instance with another REDIS_PARTITIONS would not be refused)' : `recorded: ${a.partitions}`}`,
+  )
+  console.log(
+    `check: ${a.shippedS === null ? 'FAIL' : 'ok '} REDIS_URL after FLUSHALL the pass's events ` +
+      (a.shippedS === null ? 'NOT in ClickHouse within the wait: the journal does not ship after a flush' : `in ClickHouse ${fmt(a.shippedS, 1)} s after it (the journal ships on)`),
+  )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -356,6 +492,8 @@ async function main(): Promise<number> {
       console.log(
         `Redis: ${fmt(r.memory.bytesPerAgent)} bytes per agent (${fmt(r.memory.agents)} agents), ${fmt(r.memory.bytesPerId, 1)} bytes per remembered event id (${fmt(r.memory.ids)} ids)`,
       )
+      redisCostLines(r, bWarm)
+      coldStartLines(r, [['burnrate embedded, saturation, cold', bCold], ['REDIS_URL, saturation, cold', r.cold]], storeHeader, storeRow)
       storeChecks('REDIS_URL', r)
 
       console.log('\nREDIS_CLUSTER_NODES: a Redis Cluster of the run\'s own (3 masters with a replica each, AOF, appendfsync everysec)…')
@@ -404,6 +542,7 @@ async function main(): Promise<number> {
         ['ingest saturation, usage objects', bUsage],
         ['ingest saturation, one hot agent', bHot],
       ].map(([name, b]) => ({ figure: name as string, value: (b as LoadSummary).requestsPerSec, unit: 'req/s', ratio: (b as LoadSummary).requestsPerSec / cSat.requestsPerSec })),
+      { figure: 'ingest CPU per request, warm saturation (burnrate)', value: bWarm.cpuUsPerRequest, unit: 'µs' },
       { figure: 'ingest p50 at 50 %', value: bHalf.latencyMs.p50, unit: 'ms', ratio: bHalf.latencyMs.p50 / cHalf.latencyMs.p50 },
       { figure: 'ingest p99 at 50 %', value: bHalf.latencyMs.p99, unit: 'ms', ratio: bHalf.latencyMs.p99 / cHalf.latencyMs.p99 },
       { figure: 'ingest max at 50 %', value: bHalf.latencyMs.max, unit: 'ms', ratio: bHalf.latencyMs.max / cHalf.latencyMs.max },
@@ -426,6 +565,44 @@ async function main(): Promise<number> {
         { figure: 'Redis memory per remembered event id', value: r.memory.bytesPerId, unit: 'B' },
         { figure: 'REDIS_URL POST /holds / POST /events, throughput', value: r.holds.requestsPerSec / r.warm.requestsPerSec, unit: 'ratio' },
       )
+      if (r.warmRedis) {
+        const cpu = cpuPerRequest(r, bWarm)
+        const split = scriptSplit(r)
+        f.push(
+          { figure: 'REDIS_URL Redis time in scripts per event, warm saturation', value: r.warmRedis.usecPerEvent, unit: 'µs' },
+          { figure: 'REDIS_URL script calls per event, warm saturation', value: r.warmRedis.callsPerEvent, unit: 'calls' },
+          ...(split
+            ? [
+                { figure: "REDIS_URL burnrate's script calls per event", value: split.burnrate.callsPerEvent, unit: 'calls' },
+                { figure: "REDIS_URL burnrate's scripts' time per event (the rest of the rate limiter's)", value: split.burnrate.usPerEvent, unit: 'µs' },
+                { figure: "REDIS_URL @fastify/rate-limit's script calls per event", value: split.rateLimiter.callsPerEvent, unit: 'calls' },
+                { figure: "REDIS_URL @fastify/rate-limit's script time per event (alone)", value: split.rateLimiter.usPerEvent, unit: 'µs' },
+              ]
+            : []),
+          { figure: 'REDIS_URL CPU per request, warm saturation: burnrate', value: cpu.burnrate, unit: 'µs' },
+          { figure: 'REDIS_URL CPU per request, warm saturation: redis-server', value: cpu.redis, unit: 'µs' },
+          { figure: 'REDIS_URL CPU per request, warm saturation: burnrate + redis-server', value: cpu.sum, unit: 'µs' },
+          { figure: 'REDIS_URL (burnrate + Redis) / embedded burnrate, CPU per request', value: cpu.toEmbedded, unit: 'ratio' },
+        )
+      }
+      const cs = r.coldStart
+      const n = fmt(cs.agents)
+      f.push(
+        { figure: `REDIS_URL ${n} new agents (no history), req/s`, value: cs.history[0]!.requestsPerSec, unit: 'req/s', ratio: cs.history[0]!.requestsPerSec / cSat.requestsPerSec },
+        { figure: `REDIS_URL ${n} new agents (no history), p99`, value: cs.history[0]!.latencyMs.p99, unit: 'ms' },
+        { figure: `REDIS_URL cold start after FLUSHALL, ${n} agents with history, req/s`, value: cs.flushed.requestsPerSec, unit: 'req/s', ratio: cs.flushed.requestsPerSec / cSat.requestsPerSec },
+        { figure: `REDIS_URL cold start after FLUSHALL, ${n} agents with history, p50`, value: cs.flushed.latencyMs.p50, unit: 'ms' },
+        { figure: `REDIS_URL cold start after FLUSHALL, ${n} agents with history, p99`, value: cs.flushed.latencyMs.p99, unit: 'ms' },
+        { figure: `REDIS_URL cold start after FLUSHALL, ${n} agents with history, max`, value: cs.flushed.latencyMs.max, unit: 'ms' },
+        ...([
+          [`${n} new agents (no history)`, r.loader.newAgents],
+          [`cold start after FLUSHALL, ${n} agents with history`, r.loader.flushed],
+        ] as const).flatMap(([name, l]) => [
+          { figure: `REDIS_URL ${name}: agent loader batches`, value: l.batches, unit: 'batches' },
+          { figure: `REDIS_URL ${name}: agents per loader batch`, value: l.batches ? l.agents / l.batches : null, unit: 'agents' },
+          { figure: `REDIS_URL ${name}: loader batch p50`, value: l.batchMs.p50, unit: 'ms' },
+        ]),
+      )
       if (clusterRun) {
         const c = clusterRun
         f.push(
@@ -441,7 +618,16 @@ async function main(): Promise<number> {
       console.log(`Redis: ${fmt(mem.bytesPerAgent)} bytes per agent (${fmt(mem.agents)} agents), ${fmt(mem.bytesPerId, 1)} bytes per remembered event id (${fmt(mem.ids)} ids)`)
       f.push({ figure: 'Redis memory per agent', value: mem.bytesPerAgent, unit: 'B' }, { figure: 'Redis memory per remembered event id', value: mem.bytesPerId, unit: 'B' })
     }
-    const file = await writeResults(opts, f)
+    const details = redisRun
+      ? {
+          'REDIS_URL warm saturation, Redis': redisRun.warmRedis,
+          'REDIS_URL scripts (SLOWLOG pass)': redisRun.scripts,
+          'REDIS_URL @fastify/rate-limit script alone, µs per call': redisRun.rateLimiterUsPerCall,
+          'REDIS_URL cold start': redisRun.coldStart,
+          'REDIS_URL agent loader (traced)': redisRun.loader,
+        }
+      : {}
+    const file = await writeResults(opts, f, details)
     console.log(`\n${markdown(f)}\n\nwritten to ${file}`)
 
     if (opts.cpuProfDir) {
@@ -452,7 +638,7 @@ async function main(): Promise<number> {
         console.log(summarizeProfile(JSON.parse(readFileSync(join(opts.cpuProfDir, latest), 'utf8')), 25))
       }
     }
-    const storeRunsOk = [redisRun, clusterRun].every((s) => s === null || (s.check.ok && s.failed === 0))
+    const storeRunsOk = [redisRun, clusterRun].every((s) => s === null || (s.check.ok && s.failed === 0)) && (redisRun === null || redisRun.coldStart.after.shippedS !== null)
     return storedOk && failed === 0 && heldOk && wp.check.ok && storeRunsOk ? 0 : 1
   } finally {
     await Promise.all([...children].map((child) => stop(child, `pid ${child.pid}`)))

@@ -1,0 +1,254 @@
+/**
+ * What a phase costs the run's redis-server (REDIS_URL, bench/redis-mode.ts), measured from
+ * outside burnrate: INFO commandstats between a CONFIG RESETSTAT and the end of the phase,
+ * redis-server's own CPU time from /proc, and, in a short pass of its own, which Lua script
+ * each EVALSHA ran and what it called (SLOWLOG, every command logged with its arguments);
+ * the rate limiter's script timed alone, to split the scripts' time. And what a
+ * cold phase asked ClickHouse: the agent loader's batches, from the queries
+ * bench/trace-clickhouse.ts traced in burnrate.
+ */
+import { createHash } from 'node:crypto'
+import { readFileSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import type { Redis } from 'ioredis'
+import { RedisHotState } from '../src/hot-state/redis.ts'
+import { RedisJournal } from '../src/journal/redis-streams.ts'
+import { cpuSeconds } from './processes.ts'
+import type { TracedQuery } from './trace-clickhouse.ts'
+
+/** One line of INFO commandstats (`cmdstat_<command>:calls=…,usec=…`). */
+export interface CommandStat {
+  command: string
+  calls: number
+  usec: number
+}
+
+/**
+ * The commands that run a Lua script. Redis counts the commands a script calls in their own
+ * lines too (cmdstat_incr, cmdstat_xadd, …), and their time inside the script's: summing
+ * every line would count it twice.
+ */
+const SCRIPT_COMMANDS = new Set(['eval', 'evalsha', 'eval_ro', 'evalsha_ro', 'fcall', 'fcall_ro'])
+
+export function commandstats(info: string): CommandStat[] {
+  return [...info.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)]
+    .map((m) => ({ command: m[1]!, calls: Number(m[2]), usec: Number(m[3]) }))
+    .sort((a, b) => b.usec - a.usec)
+}
+
+/** What Redis spent on a phase, per event it acknowledged. */
+export interface RedisCost {
+  /** 2xx answers of the phase (its warmup excluded: the phases measured have none). */
+  events: number
+  /** Every line of INFO commandstats over the phase, the most time first. */
+  commandstats: CommandStat[]
+  /** The script commands (EVALSHA, EVAL and their _ro variants): calls and µs inside Redis. */
+  scripts: { calls: number; usec: number }
+  /** scripts.usec ÷ events: Redis's time running scripts per event (the record's and the rate limiter's). */
+  usecPerEvent: number
+  callsPerEvent: number
+  /** redis-server's user + system CPU over the phase ÷ events (its AOF writes, sockets and background threads too); null off Linux. */
+  cpuUsPerRequest: number | null
+}
+
+/**
+ * Starts measuring the run's redis-server (CONFIG RESETSTAT, its CPU time so far); the
+ * function returned ends it, for the `events` the phase acknowledged.
+ */
+export async function measureRedis(client: Redis): Promise<(events: number) => Promise<RedisCost>> {
+  const pid = Number(/process_id:(\d+)/.exec(await client.info('server'))?.[1])
+  await client.config('RESETSTAT')
+  const cpu0 = cpuSeconds(pid)
+  return async (events) => {
+    const cpu1 = cpuSeconds(pid)
+    const stats = commandstats(await client.info('commandstats'))
+    const scripts = stats.filter((s) => SCRIPT_COMMANDS.has(s.command)).reduce((a, s) => ({ calls: a.calls + s.calls, usec: a.usec + s.usec }), { calls: 0, usec: 0 })
+    return {
+      events,
+      commandstats: stats,
+      scripts,
+      usecPerEvent: events > 0 ? scripts.usec / events : 0,
+      callsPerEvent: events > 0 ? scripts.calls / events : 0,
+      cpuUsPerRequest: cpu0 === null || cpu1 === null || events === 0 ? null : ((cpu1 - cpu0) * 1e6) / events,
+    }
+  }
+}
+
+/** A Lua script a client defines (ioredis defineCommand): its name and text. */
+interface DefinedScript {
+  name: string
+  lua: string
+}
+
+/**
+ * The Lua scripts burnrate and its rate limiter define, by SHA1: ioredis runs a
+ * defineCommand'ed script by EVALSHA of its text's SHA1. Each owner is built on a stand-in
+ * client that only records what it is asked to define, so the names and texts are the
+ * code's own, whatever it defines today. A script none of them defines shows as its SHA.
+ */
+export function definedScripts(): Map<string, DefinedScript> {
+  const scripts = new Map<string, DefinedScript>()
+  const recorder = (owner: string) => ({
+    defineCommand: (name: string, d: { lua: string }) => scripts.set(createHash('sha1').update(d.lua).digest('hex'), { name: `${owner}${name}`, lua: d.lua }),
+  })
+  try {
+    const journal = new RedisJournal({ redis: recorder('') as never, instance: 'names', partitions: 1, maxRows: 1 })
+    new RedisHotState({ redis: recorder('') as never, journal, loader: () => Promise.reject(new Error('unused')), userAgents: async () => [] })
+  } catch {
+    // Named by SHA, then.
+  }
+  try {
+    const RedisStore = createRequire(import.meta.url)('@fastify/rate-limit/store/RedisStore.js') as new (c: boolean, e: boolean, redis: unknown) => unknown
+    new RedisStore(false, false, recorder(RATE_LIMITER))
+  } catch {
+    // Named by SHA, then.
+  }
+  return scripts
+}
+
+/** @fastify/rate-limit's Redis store: its scripts' names start with this; the one run per request is `rateLimit`. */
+export const RATE_LIMITER = '@fastify/rate-limit '
+
+/**
+ * Redis's time per call of @fastify/rate-limit's script alone (µs, INFO commandstats): `calls`
+ * calls on a key of the bench's own, 50 at a time, with the arguments burnrate's limits give
+ * it (a window of a minute, a limit never reached). Redis cannot tell one EVALSHA's time from
+ * another's, so this is how the warm phase's script time is split (an estimate: the
+ * script's time alone, not under the phase's load). Null when the script is not found.
+ */
+export async function rateLimiterAlone(client: Redis, calls = 5000): Promise<number | null> {
+  const script = [...definedScripts().values()].find((s) => s.name === `${RATE_LIMITER}rateLimit`)
+  if (!script) return null
+  const sha = (await client.script('LOAD', script.lua)) as string
+  const key = 'bench:rate-limit-alone'
+  await client.config('RESETSTAT')
+  for (let sent = 0; sent < calls; sent += 50) {
+    const pipe = client.pipeline()
+    for (let i = 0; i < 50; i++) pipe.evalsha(sha, 1, key, 60_000, 100_000_000, 'false', 'false')
+    await pipe.exec()
+  }
+  const evalsha = commandstats(await client.info('commandstats')).find((c) => c.command === 'evalsha')
+  await client.del(key)
+  return evalsha && evalsha.calls > 0 ? evalsha.usec / evalsha.calls : null
+}
+
+/** A script (or a command) in a SLOWLOG sample: its calls, and the commands a script called. */
+export interface ScriptStat {
+  name: string
+  /** A script run (EVALSHA, EVAL), or a command of its own. */
+  script: boolean
+  calls: number
+  /** The commands the script called (Redis logs them apart, from its Lua client), over all its calls. */
+  commands: Record<string, number>
+}
+
+/** A SLOWLOG entry: id, unix time, µs, the arguments (a long one shortened), the client's address and name. */
+type SlowlogEntry = [number, number, number, string[], string, string]
+
+/**
+ * Every command Redis runs while `pass` runs, and what it ran (the script's SHA of an
+ * EVALSHA), from the SLOWLOG with a threshold of 0 µs; then the SLOWLOG is set back. Its
+ * times are not used: a script's includes logging every command it calls, so this is a pass
+ * of its own, not the measured phase, and what it gives is which scripts run and what they
+ * call. `entries` bounds the log; `complete` says whether it held the whole pass (otherwise
+ * the oldest entries were dropped and the sample is the pass's end).
+ */
+export async function sampleScripts<T>(client: Redis, entries: number, pass: () => Promise<T>): Promise<{ result: T; byScript: ScriptStat[]; complete: boolean }> {
+  const [, threshold] = (await client.config('GET', 'slowlog-log-slower-than')) as [string, string]
+  const [, maxLen] = (await client.config('GET', 'slowlog-max-len')) as [string, string]
+  await client.config('SET', 'slowlog-max-len', String(entries))
+  await client.slowlog('RESET')
+  await client.config('SET', 'slowlog-log-slower-than', '0')
+  let result: T
+  let log: SlowlogEntry[]
+  try {
+    result = await pass()
+  } finally {
+    await client.config('SET', 'slowlog-log-slower-than', threshold)
+    log = (await client.call('SLOWLOG', 'GET', '-1')) as SlowlogEntry[]
+    await client.config('SET', 'slowlog-max-len', maxLen)
+    await client.slowlog('RESET')
+  }
+  const scripts = definedScripts()
+  const by = new Map<string, ScriptStat>()
+  // Oldest first. A command a script called is logged (from the Lua client, address "?:0")
+  // when it returns, before the script itself: the ones since the last top-level command
+  // are the next script's.
+  let called: string[] = []
+  for (const [, , , argv, address] of log.toReversed()) {
+    const command = String(argv[0]).toLowerCase()
+    if (address === '?:0') {
+      called.push(command)
+      continue
+    }
+    // The SLOWLOG's own commands and CONFIG SET around the pass are the bench's, not burnrate's.
+    if (command === 'slowlog' || command === 'config') continue
+    const script = SCRIPT_COMMANDS.has(command)
+    const sha = String(argv[1])
+    const name = command === 'evalsha' || command === 'evalsha_ro' ? (scripts.get(sha)?.name ?? `script ${sha.slice(0, 12)}`) : command
+    const s = by.get(name) ?? { name, script, calls: 0, commands: {} }
+    s.calls++
+    if (script) for (const c of called) s.commands[c] = (s.commands[c] ?? 0) + 1
+    called = []
+    by.set(name, s)
+  }
+  return { result: result!, byScript: [...by.values()].sort((a, b) => b.calls - a.calls), complete: log.length < entries }
+}
+
+/** What burnrate asked ClickHouse during a phase (bench/trace-clickhouse.ts), and what its agent loader's batches were. */
+export interface LoaderFigures {
+  /** Batches of the agent loader: queries issued together that ask for agents (or a user's fleet). */
+  batches: number
+  /** Agents asked for over those batches (each batch's longest list). */
+  agents: number
+  /** ClickHouse queries per batch. */
+  queriesPerBatch: number
+  /** Rows the batches' queries returned, per batch: the agents' history. */
+  rowsPerBatch: number
+  /** From a batch's queries issued to the last one's rows parsed (ms). */
+  batchMs: { p50: number; p99: number; max: number }
+  /** Sum of every batch's time (ms): with batches run side by side, more than the phase lasted. */
+  batchMsSum: number
+  /** Other queries in the phase (an API key looked up again, a read). */
+  others: number
+}
+
+/** The loader's batches in the trace `lines` between `from` and `to` (epoch ms): those issued in the phase. */
+export function loaderFigures(lines: readonly TracedQuery[], from: number, to: number): LoaderFigures {
+  const inPhase = lines.filter((q) => q.at >= from && q.at <= to)
+  const byBatch = new Map<number, TracedQuery[]>()
+  for (const q of inPhase) {
+    if (q.refs === 0) continue
+    const b = byBatch.get(q.batch) ?? []
+    b.push(q)
+    byBatch.set(q.batch, b)
+  }
+  const batches = [...byBatch.values()]
+  const times = batches.map((b) => Math.max(...b.map((q) => q.ms))).sort((a, b) => a - b)
+  // Nearest rank.
+  const at = (p: number) => (times.length === 0 ? 0 : times[Math.min(times.length - 1, Math.max(0, Math.ceil((p / 100) * times.length) - 1))]!)
+  const queries = batches.reduce((n, b) => n + b.length, 0)
+  return {
+    batches: batches.length,
+    agents: batches.reduce((n, b) => n + Math.max(...b.map((q) => q.refs)), 0),
+    queriesPerBatch: batches.length ? queries / batches.length : 0,
+    rowsPerBatch: batches.length ? batches.reduce((n, b) => n + b.reduce((r, q) => r + q.rows, 0), 0) / batches.length : 0,
+    batchMs: { p50: at(50), p99: at(99), max: at(100) },
+    batchMsSum: times.reduce((s, t) => s + t, 0),
+    others: inPhase.length - queries,
+  }
+}
+
+/** The trace file's lines (none when it was not written: no query made). */
+export function readTrace(file: string): TracedQuery[] {
+  let text: string
+  try {
+    text = readFileSync(file, 'utf8')
+  } catch {
+    return []
+  }
+  return text
+    .split('\n')
+    .filter((l) => l !== '')
+    .map((l) => JSON.parse(l) as TracedQuery)
+}
