@@ -81,8 +81,8 @@ export function cross(s: Judged, meters: readonly ResolvedMeter[], now: number):
  * limit and its bit is clear (only when `mayFire`: an event counted), and re-arms once the
  * spend is below it. Holds never count. Returns the levels fired, lowest first per meter.
  */
-export function alerts(s: Judged, meters: readonly ResolvedMeter[], mayFire: boolean): Fired[] {
-  const fired: Fired[] = []
+export function alerts(s: Judged, meters: readonly ResolvedMeter[], mayFire: boolean): readonly Fired[] {
+  let fired: Fired[] | undefined
   for (let i = 0; i < meters.length; i++) {
     const m = meters[i]!
     if (m.alertAt.length === 0) continue
@@ -94,7 +94,7 @@ export function alerts(s: Judged, meters: readonly ResolvedMeter[], mayFire: boo
       if (s.spent[i]! >= m.alertAt[j]! * m.limitNano) {
         if (mayFire && (bits & bit) === 0) {
           bits |= bit
-          fired.push({ meter: i, level: m.alertAt[j]! })
+          ;(fired ??= []).push({ meter: i, level: m.alertAt[j]! })
         }
       } else {
         bits &= ~bit
@@ -102,8 +102,11 @@ export function alerts(s: Judged, meters: readonly ResolvedMeter[], mayFire: boo
     }
     s.alerted[m.id] = bits
   }
-  return fired
+  // Almost every event fires none: no array of its own for it.
+  return fired ?? NONE_FIRED
 }
+
+const NONE_FIRED: readonly Fired[] = Object.freeze([])
 
 /** What counting one event changed in one state: before its cost was added, and after. */
 export interface Counted {
@@ -111,7 +114,7 @@ export interface Counted {
   relaxed: Change | null
   /** The pause the event's cost caused. */
   crossed: Change | null
-  fired: Fired[]
+  fired: readonly Fired[]
 }
 
 /**
