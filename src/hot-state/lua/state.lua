@@ -262,51 +262,37 @@ end
 -- Writes back what changed of a state: its windows' totals and tallies, its pause,
 -- ignoring-pause counts and alert bits. A running state never gets a pause field.
 local function save_state(st)
-  local set = {}
-  if st.dirty then
-    set = { 'total', st.total, 'calls', st.calls, 'newest', st.newest }
-    if st.from ~= st.from_read then
-      set[#set + 1] = 'from'
-      set[#set + 1] = st.from
+  local set, gone = {}, {}
+  -- A field written when it changed from what was read; false: deleted.
+  local function put(field, value, was)
+    if value == was then return end
+    if value then
+      set[#set + 1] = field
+      set[#set + 1] = value
+    else
+      gone[#gone + 1] = field
     end
+  end
+  if st.dirty then
+    put('total', st.total)
+    put('calls', st.calls)
+    put('newest', st.newest)
+    put('from', st.from, st.from_read)
   end
   if st.tallies_dirty then
     for w, t in pairs(st.tallies) do
-      set[#set + 1] = 't' .. w
-      set[#set + 1] = t.spent
-      set[#set + 1] = 'f' .. w
-      set[#set + 1] = t.from
+      put('t' .. w, t.spent)
+      put('f' .. w, t.from)
     end
   end
-  local p = pause_text(st.pause)
-  if p ~= st.pause_read then
-    if p then
-      set[#set + 1] = 'pause'
-      set[#set + 1] = p
-    else
-      redis.call('HDEL', st.s, 'pause')
-    end
-  end
-  local g = ignored_text(st.ign)
-  if g ~= st.ign_read then
-    if g then
-      set[#set + 1] = 'ign'
-      set[#set + 1] = g
-    else
-      redis.call('HDEL', st.s, 'ign')
-    end
-  end
+  put('pause', pause_text(st.pause), st.pause_read)
+  put('ign', ignored_text(st.ign), st.ign_read)
   for id, bits in pairs(st.alerted) do
-    if bits ~= st.alerted_read[id] then
-      if bits == 0 then
-        redis.call('HDEL', st.s, 'al:' .. id)
-      else
-        set[#set + 1] = 'al:' .. id
-        set[#set + 1] = bits
-      end
-    end
+    local was = st.alerted_read[id]
+    put('al:' .. id, bits ~= 0 and bits, was ~= nil and was ~= 0 and was)
   end
   if #set > 0 then redis.call('HSET', st.s, unpack(set)) end
+  if #gone > 0 then redis.call('HDEL', st.s, unpack(gone)) end
 end
 
 -- projection.ts exhaustionAt(), branch for branch, for a state's daily budget `threshold`:
