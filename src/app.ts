@@ -9,7 +9,7 @@ import { AuthFailures } from './auth/failures.ts'
 import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
 import { Problem, StoreUnavailableError, type ProblemCode } from './errors.ts'
-import type { HotState } from './hot-state/types.ts'
+import { RateLimitedError, type HotState } from './hot-state/types.ts'
 import type { RedisClient } from './storage/redis.ts'
 import { JournalFullError, type JournalStatus } from './journal/types.ts'
 import type { IngestService } from './ingest/service.ts'
@@ -22,7 +22,7 @@ import { eventsRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
 import { holdsRoutes } from './routes/holds.ts'
 import { REFERENCE_PREFIX, openapiRoutes } from './routes/openapi.ts'
-import { routeLimits } from './routes/limits.ts'
+import { rateHeaders, rateLimitedProblem, routeLimits } from './routes/limits.ts'
 import { MAX_BODY_BYTES } from './schemas/event.ts'
 import { assertWellFormed } from './schemas/well-formed.ts'
 
@@ -169,6 +169,11 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   )
 
   app.setErrorHandler((err: FastifyError, request, reply) => {
+    if (err instanceof RateLimitedError) {
+      // Spent in the hot state's step: the headers the plugin sends with its own 429s.
+      rateHeaders(reply, err.rate)
+      return sendProblem(reply, rateLimitedProblem(err.rate.max, err.rate.ttlMs))
+    }
     const problem = toProblem(err, request)
     if (problem.status >= 500) request.log.error({ err }, problem.message)
     return sendProblem(reply, problem)

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import type { Clock } from '../clock.ts'
-import { Problem } from '../errors.ts'
-import type { HoldRefusal, HotState, PausedReason } from '../hot-state/types.ts'
+import type { HoldRefusal, HotState, PausedReason, RateCharge, RateState, ReleasedHold } from '../hot-state/types.ts'
 import type { Nano } from '../money.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { HoldBody } from '../schemas/hold.ts'
@@ -26,6 +25,8 @@ export interface HoldReply {
   remainingNano: Nano
   /** Epoch ms; null when refused. */
   expiresAt: number | null
+  /** Its API key's budget of events after this request. */
+  rate: RateState | null
 }
 
 /**
@@ -41,13 +42,13 @@ export class HoldService {
     this.#d = deps
   }
 
-  async hold(userId: string, body: HoldBody): Promise<HoldReply> {
+  async hold(userId: string, body: HoldBody, rate?: RateCharge): Promise<HoldReply> {
     const now = this.#d.clock.now()
     // Cache tokens only make a call cheaper: every input token at the input price is the worst case.
     const { costNano } = this.#d.prices.cost(body.model, { input_tokens: body.input_tokens, output_tokens: body.max_output_tokens })
     const holdId = body.hold_id ?? randomUUID()
     const expiresAt = now + body.ttl_seconds * 1000
-    const r = await this.#d.hotState.hold({ userId, agentId: body.agent_id }, { holdId, costNano, expiresAt }, now)
+    const r = await this.#d.hotState.hold({ userId, agentId: body.agent_id }, { holdId, costNano, expiresAt, rate }, now)
     this.#d.onHold?.(r.refusal)
     const granted = r.refusal === null
     return {
@@ -58,13 +59,13 @@ export class HoldService {
       worstCaseNano: costNano,
       remainingNano: r.remainingNano,
       expiresAt: granted ? expiresAt : null,
+      rate: r.rate,
     }
   }
 
-  /** DELETE /holds/{id}: 404 unless it is an open hold of the user. */
-  async release(userId: string, holdId: string): Promise<{ agentId: string; costNano: Nano }> {
-    const released = await this.#d.hotState.release(userId, holdId, this.#d.clock.now())
-    if (!released) throw new Problem('hold_not_found', `no open hold ${holdId} for this API key's user: settled, released, expired or never granted`)
-    return released
+  /** DELETE /holds/{id}: the hold released (null unless it was an open hold of the user), and the key's budget. */
+  async release(userId: string, holdId: string, rate?: RateCharge): Promise<{ released: ReleasedHold | null; rate: RateState | null }> {
+    const { hold, rate: after } = await this.#d.hotState.release(userId, holdId, this.#d.clock.now(), rate)
+    return { released: hold, rate: after }
   }
 }

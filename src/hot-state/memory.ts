@@ -16,6 +16,7 @@ import {
   DEFAULT_IGNORE_GRACE_MS,
   NOT_IGNORED,
   RUNNING,
+  RateLimitedError,
   SYSTEM_ACTOR,
   agentBudget,
   agentKey,
@@ -34,6 +35,8 @@ import {
   type IgnoredPause,
   type ListedAgent,
   type PauseState,
+  type RateCharge,
+  type RateState,
   type RecordEvent,
   type RecordInput,
   type RecordResult,
@@ -87,6 +90,9 @@ export class MemoryHotState implements HotState {
   readonly #holds = new Map<string, HoldBook>()
   // Round-robin cursor over the agents, to forget idle ones a few at a time.
   #sweep: Iterator<[string, AgentEntry]> = this.#agents.entries()
+  // API keys' budgets of events in their current window (#charge), and a cursor to forget spent ones.
+  readonly #budgets = new Map<string, { count: number; endsAt: number }>()
+  #budgetSweep: Iterator<[string, { count: number; endsAt: number }]> = this.#budgets.entries()
 
   readonly #graceMs: number
 
@@ -99,7 +105,8 @@ export class MemoryHotState implements HotState {
   async record(e: RecordEvent, now: number): Promise<RecordResult> {
     // The bound is checked before anything changes: a refused event leaves no trace.
     this.#mustHaveRoom()
-    const step = this.#count(e, now)
+    const rate = this.#charge(e.rate, now)
+    const step = { ...this.#count(e, now), rate }
     if (!step.counted) {
       // The first of these may still be on its way to the disk: answer once it is there.
       await this.#journal.synced()
@@ -123,7 +130,7 @@ export class MemoryHotState implements HotState {
   }
 
   /** The atomic step of record(): dedup, the hold it settles, the rules (policy.ts stepEvent), the windows. */
-  #count(e: RecordInput, now: number): RecordResult {
+  #count(e: RecordInput, now: number): Omit<RecordResult, 'rate'> {
     const nowMinute = minuteOf(now)
     this.#seen.expire(nowMinute)
     this.#forgetIdle(nowMinute, SWEEP_PER_ACCESS)
@@ -207,6 +214,7 @@ export class MemoryHotState implements HotState {
   }
 
   async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
+    const rate = this.#charge(request.rate, now)
     this.#expireHolds(ref.userId, now)
     let book = this.#holds.get(ref.userId)
     const open = book?.get(request.holdId)
@@ -237,18 +245,48 @@ export class MemoryHotState implements HotState {
         { s: a, meters: meters.agent },
         { s: f, meters: meters.fleet },
       ]),
+      rate,
     }
     // Reads append past the bound, and so does a hold: it stores nothing but the rare relaxing transition.
     if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
     return answer
   }
 
-  async release(userId: string, holdId: string, now: number): Promise<ReleasedHold | null> {
+  async release(userId: string, holdId: string, now: number, charge?: RateCharge): Promise<{ hold: ReleasedHold | null; rate: RateState | null }> {
+    const rate = this.#charge(charge, now)
     this.#expireHolds(userId, now)
     const hold = this.#holds.get(userId)?.take(holdId)
-    if (!hold) return null
+    if (!hold) return { hold: null, rate }
     this.#unhold(userId, hold)
-    return { agentId: hold.agentId, costNano: hold.costNano }
+    return { hold: { agentId: hold.agentId, costNano: hold.costNano }, rate }
+  }
+
+  /**
+   * Counts a charge against its budget (types.ts RateCharge), before anything else the
+   * request does; throws RateLimitedError past the budget. A window starts with its first
+   * charge and ends `windowMs` later, as lua/state.lua charge() keeps it in Redis.
+   */
+  #charge(charge: RateCharge | undefined, now: number): RateState | null {
+    if (!charge) return null
+    this.#forgetSpentBudgets(now)
+    let window = this.#budgets.get(charge.key)
+    if (!window || window.endsAt <= now) this.#budgets.set(charge.key, (window = { count: 0, endsAt: now + charge.windowMs }))
+    window.count++
+    const rate = { max: charge.max, current: window.count, ttlMs: window.endsAt - now }
+    if (rate.current > rate.max) throw new RateLimitedError(rate)
+    return rate
+  }
+
+  /** Drops a few budgets whose window has ended, so memory follows the keys in use. */
+  #forgetSpentBudgets(now: number): void {
+    for (let i = 0; i < SWEEP_PER_ACCESS; i++) {
+      const next = this.#budgetSweep.next()
+      if (next.done) {
+        this.#budgetSweep = this.#budgets.entries()
+        return
+      }
+      if (next.value[1].endsAt <= now) this.#budgets.delete(next.value[0])
+    }
   }
 
   /** The ignoring-pause flag an llm_call raised, against the pause that held its agent. */

@@ -11,10 +11,11 @@ import { minuteOf } from '../window.ts'
 import { holdOfAnotherAgent } from './holds.ts'
 import { budgetMeter, metersOf, pauseReasonOf, resolveMeters, type ResolvedMeter } from './meters.ts'
 import { holdRoom, levelsReached, pausedBy, type Judged } from './policy.ts'
-import { isControl, isControlReply, parseReply, queueScript, defineScripts, type Control, type LuaMeter, type ScriptName, type ScriptResult, type StateArgs, type TransitionReply } from './scripts.ts'
+import { isControl, isControlReply, parseReply, queueScript, defineScripts, type Control, type LuaMeter, type ScriptName, type ScriptResult, type RateReply, type RecordedReply, type StateArgs, type TransitionReply } from './scripts.ts'
 import {
   DEFAULT_IGNORE_GRACE_MS,
   RUNNING,
+  RateLimitedError,
   SYSTEM_ACTOR,
   agentBudget,
   agentKey,
@@ -33,6 +34,8 @@ import {
   type HotState,
   type ListedAgent,
   type PauseState,
+  type RateCharge,
+  type RateState,
   type RecordEvent,
   type RecordResult,
   type ReleasedHold,
@@ -60,6 +63,24 @@ interface KnownPolicy {
   pv: number
   policy: AgentPolicy
 }
+
+/** An event waiting for its partition's next record call. */
+interface Waiting {
+  e: RecordEvent
+  now: number
+  resolve: (r: RecordResult) => void
+  reject: (err: unknown) => void
+}
+
+/** A partition's events waiting for a call, whether one is in flight, and whether one is about to go. */
+interface Group {
+  waiting: Waiting[]
+  busy: boolean
+  scheduled: boolean
+}
+
+/** The events one record call carries at most; more wait for the next. */
+const MAX_GROUP = 256
 
 /** The states of a call's refs, in their order. */
 type CallStates<R extends readonly AgentRef[]> = { readonly [K in keyof R]: CallState }
@@ -105,6 +126,8 @@ export class RedisHotState implements HotState {
   // The policies this instance knows, by agentKey(); a state it does not know is taken to
   // have the default policy (version 0), which most agents of a fleet have.
   readonly #policies = new LRUCache<string, KnownPolicy>({ max: 100_000 })
+  // Per partition, the events waiting for its next record call (group commit).
+  readonly #groups = new Map<number, Group>()
 
   constructor(opts: RedisHotStateOptions) {
     const prefix = opts.prefix ?? 'br:'
@@ -120,32 +143,93 @@ export class RedisHotState implements HotState {
     defineScripts(opts.redis)
   }
 
-  async record(e: RecordEvent, now: number): Promise<RecordResult> {
-    const fleetRef = fleetOf(e.userId)
-    const { result, states } = await this.#run('record', [e, fleetRef] as const, now, DURABLE, (call) => ({
-      keys: this.#partitionKeys(e.userId),
-      args: {
-        ...this.#head(now),
-        ...this.#statesArgs(call),
-        grace: this.#graceMs,
-        events: [
-          {
-            agent: 1,
-            fleet: 2,
-            fp: eventFingerprint(e.userId, e.agentId, e.eventId),
-            cost: e.costNano,
-            llm_call: e.llmCall,
-            minute: minuteOf(e.at),
-            hold: e.holdId,
-            row: 2,
-          },
-        ],
-      },
-      rest: [JSON.stringify(e.row)],
+  /**
+   * POST /events. The event joins its partition's next call (group commit): events that
+   * arrive while a call to their partition is in flight, or in the same turn of the event
+   * loop, go to Redis together, in one script call that answers each as it would have been
+   * alone, in arrival order. A lone event goes at once: nothing waits on a timer.
+   */
+  record(e: RecordEvent, now: number): Promise<RecordResult> {
+    return new Promise((resolve, reject) => {
+      const partition = this.#journal.partitionOf(e.userId)
+      let group = this.#groups.get(partition)
+      if (!group) this.#groups.set(partition, (group = { waiting: [], busy: false, scheduled: false }))
+      group.waiting.push({ e, now, resolve, reject })
+      this.#schedule(group)
+    })
+  }
+
+  /** Sends a group's waiting events once the turn of the event loop has gathered them, unless a call is in flight. */
+  #schedule(group: Group): void {
+    if (group.busy || group.scheduled) return
+    group.scheduled = true
+    setImmediate(() => {
+      group.scheduled = false
+      void this.#send(group)
+    })
+  }
+
+  /** One call for what waits (up to MAX_GROUP events); what arrives meanwhile goes next, as soon as it returns. */
+  async #send(group: Group): Promise<void> {
+    if (group.busy || group.waiting.length === 0) return
+    group.busy = true
+    try {
+      await this.#recordAll(group.waiting.splice(0, MAX_GROUP))
+    } finally {
+      group.busy = false
+      if (group.waiting.length > 0) void this.#send(group)
+    }
+  }
+
+  /** One record script call for events of one partition: each is answered, or fails, on its own. */
+  async #recordAll(batch: readonly Waiting[]): Promise<void> {
+    // The call's moment: its events are applied together, when it runs.
+    const now = batch.reduce((latest, w) => Math.max(latest, w.now), 0)
+    const refs: AgentRef[] = []
+    const index = new Map<string, number>()
+    // A state's place in the call, from 1, as the script names them.
+    const place = (ref: AgentRef): number => {
+      const key = agentKey(ref)
+      let i = index.get(key)
+      if (i === undefined) index.set(key, (i = refs.push(ref)))
+      return i
+    }
+    const events = batch.map(({ e }, i) => ({
+      agent: place(e),
+      fleet: place(fleetOf(e.userId)),
+      fp: eventFingerprint(e.userId, e.agentId, e.eventId),
+      cost: e.costNano,
+      llm_call: e.llmCall,
+      minute: minuteOf(e.at),
+      hold: e.holdId,
+      row: i + 2,
+      rate: e.rate && this.#rateArgs(e.userId, e.rate),
     }))
-    const answer = result.events[0]!
+    let reply: { result: ScriptResult<'record'>; states: readonly CallState[] }
+    try {
+      reply = await this.#run('record', refs, now, DURABLE, (call) => ({
+        keys: this.#partitionKeys(batch[0]!.e.userId),
+        args: { ...this.#head(now), ...this.#statesArgs(call), grace: this.#graceMs, events },
+        rest: batch.map((w) => JSON.stringify(w.e.row)),
+      }))
+    } catch (err) {
+      for (const w of batch) w.reject(err)
+      return
+    }
+    batch.forEach((w, i) => {
+      try {
+        const { agent, fleet } = events[i]!
+        w.resolve(this.#recorded(w.e, reply.result.events[i]!, reply.states[agent - 1]!, reply.states[fleet - 1]!, now))
+      } catch (err) {
+        w.reject(err)
+      }
+    })
+  }
+
+  /** One event's answer from the record script, as RecordResult says it. */
+  #recorded(e: RecordEvent, answer: RecordedReply, agent: CallState, fleet: CallState, now: number): RecordResult {
+    if ('limited' in answer) throw new RateLimitedError(rateOf(answer.limited))
     if ('error' in answer) throw holdOfAnotherAgent(e.holdId!)
-    const [agent, fleet] = states
     const exhausted = answer.exhausts ?? null
     const fleetExhausted = answer.fleet_exhausts ?? null
     const of = (scope: string) => (scope === 'fleet' ? fleet : agent)
@@ -185,7 +269,13 @@ export class RedisHotState implements HotState {
             webhookUrl: agent.known.policy.webhookUrl ?? fleet.known.policy.webhookUrl,
           }
         : null,
+      rate: answer.rate ? rateOf(answer.rate) : null,
     }
+  }
+
+  /** A charge as the scripts take it (lua/state.lua charge()): its budget's key, in the user's slot. */
+  #rateArgs(userId: string, rate: RateCharge): { key: string; max: number; window: number } {
+    return { key: `${this.#userNames(userId).budgets}${rate.key}`, max: rate.max, window: rate.windowMs }
   }
 
   get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
@@ -274,8 +364,10 @@ export class RedisHotState implements HotState {
         ...this.#head(now),
         ...this.#statesArgs(call),
         hold: { id: request.holdId, amount: request.costNano, expires: request.expiresAt, key_id: agentKeyId(ref.userId, ref.agentId), agent_id: ref.agentId },
+        rate: request.rate && this.#rateArgs(ref.userId, request.rate),
       },
     }))
+    if ('limited' in result) throw new RateLimitedError(rateOf(result.limited))
     const [agent, fleet] = states
     const judged = (s: (typeof result)['agent']): Judged => ({ pause: { ...RUNNING, ...s.pause, reason: null }, spent: s.spent, held: s.held, alerted: {} })
     return {
@@ -285,14 +377,17 @@ export class RedisHotState implements HotState {
         { s: judged(result.agent), meters: agent.meters },
         { s: judged(result.fleet), meters: fleet.meters },
       ]),
+      rate: result.rate ? rateOf(result.rate) : null,
     }
   }
 
-  async release(userId: string, holdId: string, now: number): Promise<ReleasedHold | null> {
+  async release(userId: string, holdId: string, now: number, charge?: RateCharge): Promise<{ hold: ReleasedHold | null; rate: RateState | null }> {
     const names = this.#names(fleetOf(userId))
-    const reply = await this.#once1('release', { fleet: names.state }, { now, hold: holdId, agent_base: names.agentBase })
-    if (isControlReply(reply) || !reply.released) return null
-    return { agentId: reply.released.agent_id, costNano: reply.released.amount }
+    const reply = await this.#once1('release', { fleet: names.state }, { now, hold: holdId, agent_base: names.agentBase, rate: charge && this.#rateArgs(userId, charge) })
+    if (isControlReply(reply)) throw new StoreUnavailableError('Redis', `the release script answered ${reply.control}`)
+    if ('limited' in reply) throw new RateLimitedError(rateOf(reply.limited))
+    const rate = reply.rate ? rateOf(reply.rate) : null
+    return { hold: reply.released ? { agentId: reply.released.agent_id, costNano: reply.released.amount } : null, rate }
   }
 
   async ping(): Promise<void> {
@@ -338,8 +433,7 @@ export class RedisHotState implements HotState {
         return this.#journal.rejoin(instance)
       case 'NEEDS_LOAD':
         // ClickHouse's failures are classified as ClickHouse's.
-        await Promise.all((reply.detail.keys ?? []).map((key) => this.#ensureLoaded(byKey(key)!.ref, now)))
-        return
+        return this.#loadStates((reply.detail.keys ?? []).map((key) => byKey(key)!.ref), now)
       case 'STALE':
         for (const s of reply.detail.stale ?? []) {
           const ref = byKey(s.key)!.ref
@@ -399,18 +493,35 @@ export class RedisHotState implements HotState {
     return { now, ttl: AGENT_TTL_MS, instance: this.#journal.instance, stream_rows: this.#journal.streamRows, at: this.#lastTime.text }
   }
 
-  #ensureLoaded(ref: AgentRef, now: number): Promise<void> {
-    return this.#once(agentKey(ref), async () => {
-      const load = await this.#loader(ref, now)
-      await unavailableOnError(() => this.#install(ref, load, now))
-    })
+  /**
+   * Loads the states of `refs` (one user's partition) from ClickHouse and installs them in
+   * one script call (the loader batches the reads of what is asked for meanwhile). One load
+   * per state in flight: every script that answered NEEDS_LOAD was sent before the load's
+   * install on the same connection (one node per slot), which Redis answers in order, so
+   * they all find the load still in flight and wait for it, never start another.
+   */
+  async #loadStates(refs: readonly AgentRef[], now: number): Promise<void> {
+    const waits: Array<Promise<void>> = []
+    const fresh: AgentRef[] = []
+    for (const ref of refs) {
+      const loading = this.#loading.get(agentKey(ref))
+      if (loading) waits.push(loading)
+      else fresh.push(ref)
+    }
+    if (fresh.length > 0) {
+      const loading = (async () => {
+        const loads = await Promise.all(fresh.map((ref) => this.#loader(ref, now))) // ClickHouse's failures are classified as ClickHouse's
+        await unavailableOnError(() => this.#install(fresh, loads, now))
+      })().finally(() => {
+        for (const ref of fresh) this.#loading.delete(agentKey(ref))
+      })
+      for (const ref of fresh) this.#loading.set(agentKey(ref), loading)
+      waits.push(loading)
+    }
+    await Promise.all(waits)
   }
 
-  /**
-   * One load per key in flight. Every script that answered NEEDS_LOAD was sent before the
-   * load's install on the same connection (one node per slot), which Redis answers in
-   * order: they all find the load still in flight and wait for it, never start another.
-   */
+  /** One load per key in flight (#loadStates says why that is enough). */
   #once(id: string, load: () => Promise<void>): Promise<void> {
     let loading = this.#loading.get(id)
     if (!loading) {
@@ -420,39 +531,43 @@ export class RedisHotState implements HotState {
     return loading
   }
 
-  async #install(ref: AgentRef, load: AgentLoad, now: number): Promise<void> {
-    const policy = load.policy ?? defaultPolicy(ref)
-    const pv = load.policy ? load.policyVersion : 0
-    const minutes = [...load.minutes].sort((x, y) => x.minute - y.minute)
-    // The levels the loaded spend is at count as fired: they were, with the events that
-    // crossed them, or their level came with a config since.
-    const alerted: Record<string, number> = {}
-    for (const m of resolveMeters(metersOf(policy), now)) {
-      if (m.alertAt.length === 0) continue
-      const spent = minutes.reduce((sum, b) => (b.minute >= m.from ? sum + b.costNano : sum), 0)
-      alerted[m.id] = levelsReached(m, spent)
-    }
-    const pause = load.pause ?? RUNNING
-    const names = this.#names(ref)
-    const reply = await this.#once1(
-      'load',
-      { ids: this.#partitionKeys(ref.userId).ids },
-      {
-        now,
-        ttl: AGENT_TTL_MS,
-        key: names.state,
+  /** Installs states as ClickHouse has them (lua/load.lua), each only if Redis has none. */
+  async #install(refs: readonly AgentRef[], loads: readonly AgentLoad[], now: number): Promise<void> {
+    const fingerprints: string[] = []
+    const states = refs.map((ref, i) => {
+      const load = loads[i]!
+      const policy = load.policy ?? defaultPolicy(ref)
+      const pv = load.policy ? load.policyVersion : 0
+      const minutes = [...load.minutes].sort((x, y) => x.minute - y.minute)
+      // The levels the loaded spend is at count as fired: they were, with the events that
+      // crossed them, or their level came with a config since.
+      const alerted: Record<string, number> = {}
+      for (const m of resolveMeters(metersOf(policy), now)) {
+        if (m.alertAt.length === 0) continue
+        const spent = minutes.reduce((sum, b) => (b.minute >= m.from ? sum + b.costNano : sum), 0)
+        alerted[m.id] = levelsReached(m, spent)
+      }
+      const pause = load.pause ?? RUNNING
+      // Fingerprints as ARGV: a busy agent's seen ids can be many.
+      const first = fingerprints.length + 2
+      for (const s of load.seen) fingerprints.push(eventFingerprint(ref.userId, ref.agentId, s.eventId))
+      return {
+        key: this.#names(ref).state,
         minutes: minutes.map((m) => [m.minute, m.costNano, m.llmCalls]),
         seen: load.seen.map((s) => [s.costNano, s.minute]),
+        fps: first,
         pv,
         ...(pv > 0 ? { policy: JSON.stringify(policy), shown: shownConfig(policy) } : {}),
         pause: { paused: pause.paused, reason: pause.reason ?? '', override: pause.override, since: pause.since },
         ignored: load.ignored ?? undefined,
         alerted,
-      },
-      // Fingerprints as ARGV: a busy agent's seen ids can be many.
-      load.seen.map((s) => eventFingerprint(ref.userId, ref.agentId, s.eventId)),
-    )
-    if (!isControlReply(reply) && reply.installed) this.#policies.set(agentKey(ref), { pv, policy })
+      }
+    })
+    const reply = await this.#once1('load', { ids: this.#partitionKeys(refs[0]!.userId).ids }, { now, ttl: AGENT_TTL_MS, states }, fingerprints)
+    if (isControlReply(reply)) throw new StoreUnavailableError('Redis', `the load script answered ${reply.control}`)
+    reply.installed.forEach((installed, i) => {
+      if (installed) this.#policies.set(agentKey(refs[i]!), { pv: states[i]!.pv, policy: loads[i]!.policy ?? defaultPolicy(refs[i]!) })
+    })
   }
 
   /** The keys of the user's partition every journaling script takes (lua/state.lua). */
@@ -464,7 +579,7 @@ export class RedisHotState implements HotState {
   // Key names cost SHA-256s (redis-keys.ts); an agent's and a user's are the same every
   // event, so the recent ones are kept (two hashes a request were 4 % of the CPU, bench/).
   readonly #agentNames = new LRUCache<string, StateNames>({ max: 50_000 })
-  readonly #users = new LRUCache<string, { index: string; ids: string }>({ max: 10_000 })
+  readonly #users = new LRUCache<string, { index: string; ids: string; budgets: string }>({ max: 10_000 })
 
   #names(ref: AgentRef): StateNames {
     const id = agentKey(ref)
@@ -484,11 +599,12 @@ export class RedisHotState implements HotState {
     return names
   }
 
-  #userNames(userId: string): { index: string; ids: string } {
+  /** A user's index of agents, its partition's event-id tables, and the prefix of its API keys' budgets (:rl:<budget>). */
+  #userNames(userId: string): { index: string; ids: string; budgets: string } {
     let names = this.#users.get(userId)
     if (!names) {
       const tag = partitionTag(this.#journal.partitionOf(userId))
-      names = { index: `${this.#prefix}${tag}:u:${userKeyId(userId)}`, ids: `${this.#prefix}${tag}:ids` }
+      names = { index: `${this.#prefix}${tag}:u:${userKeyId(userId)}`, ids: `${this.#prefix}${tag}:ids`, budgets: `${this.#prefix}${tag}:rl:` }
       this.#users.set(userId, names)
     }
     return names
@@ -522,6 +638,11 @@ function luaMeters(meters: readonly ResolvedMeter[]): LuaMeter[] {
     luaForms.set(meters, lua)
   }
   return lua
+}
+
+/** A budget as a script tells it. */
+function rateOf(r: RateReply): RateState {
+  return { max: r.max, current: r.current, ttlMs: r.ttl }
 }
 
 /** Whether a state is paused and why, as a script tells it: its reason, '' when running. */

@@ -66,7 +66,13 @@ const transition = z.strictObject({
 export type TransitionReply = z.output<typeof transition>
 
 
+/** lua/state.lua charge(): an API key's budget after a charge. */
+const rate = z.strictObject({ max: z.number().int(), current: z.number().int(), ttl: z.number().int() })
+export type RateReply = z.output<typeof rate>
+const limited = z.strictObject({ limited: rate })
+
 const recorded = z.union([
+  limited,
   z.strictObject({ error: z.literal('HOLD_OF_ANOTHER_AGENT') }),
   z.strictObject({
     counted: z.boolean(),
@@ -79,6 +85,7 @@ const recorded = z.union([
     alerts: list(z.strictObject({ scope: z.string(), meter: z.number().int(), level: z.number().int(), spent: int, version: int })).optional(),
     ignored: z.strictObject({ since: int, calls: int, nano: int, version: int }).optional(),
     fleet_exhausts: int.optional(),
+    rate: rate.optional(),
   }),
 ])
 export type RecordedReply = z.output<typeof recorded>
@@ -152,24 +159,31 @@ export const SCRIPTS = {
     command: 'burnrateHold',
     file: 'hold',
     keys: ['journal', 'fenced'],
-    result: z.strictObject({
-      refusal: z.enum(['paused', 'budget', 'fleet_budget']).optional(),
-      agent: z.strictObject({ pause, spent: list(int), held: int }),
-      fleet: z.strictObject({ pause, spent: list(int), held: int }),
-      transitions: list(transition),
-    }),
+    result: z.union([
+      limited,
+      z.strictObject({
+        refusal: z.enum(['paused', 'budget', 'fleet_budget']).optional(),
+        agent: z.strictObject({ pause, spent: list(int), held: int }),
+        fleet: z.strictObject({ pause, spent: list(int), held: int }),
+        transitions: list(transition),
+        rate: rate.optional(),
+      }),
+    ]),
   },
   release: {
     command: 'burnrateRelease',
     file: 'release',
     keys: ['fleet'],
-    result: z.preprocess((v) => (isEmptyObject(v) ? {} : v), z.strictObject({ released: z.strictObject({ amount: int, agent_id: z.string() }).optional() })),
+    result: z.union([
+      limited,
+      z.preprocess((v) => (isEmptyObject(v) ? {} : v), z.strictObject({ released: z.strictObject({ amount: int, agent_id: z.string() }).optional(), rate: rate.optional() })),
+    ]),
   },
   load: {
     command: 'burnrateLoad',
     file: 'load',
     keys: ['ids'],
-    result: z.strictObject({ installed: z.boolean() }),
+    result: z.strictObject({ installed: list(z.boolean()) }),
   },
   agents: {
     command: 'burnrateAgents',

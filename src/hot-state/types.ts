@@ -175,6 +175,38 @@ export interface AgentRef {
   agentId: string
 }
 
+/**
+ * A request's charge against its API key's budget of events (POST /events, each event of
+ * POST /events/batch, POST /holds, DELETE /holds): counted in the same step as what the
+ * request does, so an instance asks its store once. A fixed window of `windowMs` starts with
+ * the first charge; the charge that takes the count past `max` is refused, and so is every
+ * one after it until the window ends.
+ */
+export interface RateCharge {
+  /** What is counted: the API key's budget (its key id, and the group of routes). */
+  key: string
+  max: number
+  windowMs: number
+}
+
+/** A budget after a charge: the charges in its window, this one included, and when the window ends. */
+export interface RateState {
+  max: number
+  current: number
+  /** Milliseconds until the window ends. */
+  ttlMs: number
+}
+
+/** A request over its API key's budget: nothing of it was done (429). */
+export class RateLimitedError extends Error {
+  readonly rate: RateState
+  constructor(rate: RateState) {
+    super(`at most ${rate.max} requests per minute for this API key`)
+    this.name = 'RateLimitedError'
+    this.rate = rate
+  }
+}
+
 /** What the hot state counts of one event. */
 export interface RecordInput extends AgentRef {
   eventId: string
@@ -195,6 +227,7 @@ export interface HoldRequest {
   costNano: Nano
   /** Epoch ms; the hold is gone at and after this instant. */
   expiresAt: number
+  rate?: RateCharge
 }
 
 /** Why a hold is refused: a pause holds the agent, or the worst case would take the agent or its fleet over budget. */
@@ -207,6 +240,8 @@ export interface HoldResult {
   pausedReason: PausedReason | null
   /** What is left for further holds once this one is counted (policy.ts holdRoom): the agent's, or its fleet's when less. */
   remainingNano: Nano
+  /** Its API key's budget after its charge; null when it was not charged. */
+  rate: RateState | null
 }
 
 /** A hold released early (DELETE /holds/{id}): whose it was and what it held. */
@@ -215,9 +250,10 @@ export interface ReleasedHold {
   costNano: Nano
 }
 
-/** One event's atomic step: what is counted, and the row the journal takes with it. */
+/** One event's atomic step: what is counted, the row the journal takes with it, and its charge. */
 export interface RecordEvent extends RecordInput {
   row: EventRow
+  rate?: RateCharge
 }
 
 export interface RecordResult {
@@ -242,6 +278,8 @@ export interface RecordResult {
   alerts: BudgetAlert[]
   /** The ignoring-pause flag this event raised, once per pause. */
   ignored: IgnoredPause | null
+  /** Its API key's budget after its charge; null when it was not charged. */
+  rate: RateState | null
 }
 
 /** An alert level of a meter crossed by an event: fired once, until the spend falls back below it. */
@@ -321,7 +359,8 @@ export interface HotState {
    * JournalFullError at the journal's bound, before anything changed. An llm_call's
    * `holdId` releases that open hold of its agent in the same step (an unknown or expired
    * one releases nothing); an open hold of another agent of the user is a 404
-   * (hold_not_found), before anything changed.
+   * (hold_not_found), before anything changed. A charge over its budget throws
+   * RateLimitedError, before anything else is done.
    */
   record(event: RecordEvent, now: number): Promise<RecordResult>
   /**
@@ -352,10 +391,10 @@ export interface HotState {
    */
   hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult>
   /**
-   * DELETE /holds/{id}: releases an open hold of the user early; null when the user has no
-   * such open hold (settled, released, expired, never granted, or another user's).
+   * DELETE /holds/{id}: releases an open hold of the user early; `hold` null when the user
+   * has no such open hold (settled, released, expired, never granted, or another user's).
    */
-  release(userId: string, holdId: string, now: number): Promise<ReleasedHold | null>
+  release(userId: string, holdId: string, now: number, rate?: RateCharge): Promise<{ hold: ReleasedHold | null; rate: RateState | null }>
   ping(): Promise<void>
   close(): Promise<void>
 }

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Clock } from '../clock.ts'
-import { isFleet, type BudgetAlert, type HotState, type PausedReason, type Transition } from '../hot-state/types.ts'
+import { isFleet, type BudgetAlert, type HotState, type PausedReason, type RateCharge, type RateState, type Transition } from '../hot-state/types.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
 import { monotonicMicros } from '../storage/version.ts'
@@ -24,6 +24,8 @@ export interface IngestReply {
   /** The alert levels of its fleet's budget this event crossed. */
   fleetAlerts: readonly number[]
   duplicate: boolean
+  /** Its API key's budget of events after this event. */
+  rate: RateState | null
 }
 
 export interface IngestDeps {
@@ -56,13 +58,13 @@ export class IngestService {
     this.#d = deps
   }
 
-  async ingest(userId: string, e: EventBody): Promise<IngestReply> {
+  async ingest(userId: string, e: EventBody, rate?: RateCharge): Promise<IngestReply> {
     const eventId = e.event_id ?? randomUUID()
     const now = this.#d.clock.now()
     const micros = this.#receivedAt(now)
     const row = eventRow(this.#d.prices, userId, eventId, e, micros)
     const step = await this.#d.hotState.record(
-      { userId, agentId: e.agent_id, eventId, costNano: row.cost_nano, llmCall: row.event_type === 'llm_call', at: Math.floor(micros / 1000), holdId: e.hold_id, row },
+      { userId, agentId: e.agent_id, eventId, costNano: row.cost_nano, llmCall: row.event_type === 'llm_call', at: Math.floor(micros / 1000), holdId: e.hold_id, row, rate },
       now,
     )
     if (step.counted) {
@@ -78,7 +80,19 @@ export class IngestService {
       }
     }
     const { costNano, paused, pausedReason, totalNano, thresholdNano, exhaustionAt } = step
-    return { eventId, costNano, paused, pausedReason, totalNano, thresholdNano, exhaustionAt, alerts: levelsOf(step.alerts, false), fleetAlerts: levelsOf(step.alerts, true), duplicate: !step.counted }
+    return {
+      eventId,
+      costNano,
+      paused,
+      pausedReason,
+      totalNano,
+      thresholdNano,
+      exhaustionAt,
+      alerts: levelsOf(step.alerts, false),
+      fleetAlerts: levelsOf(step.alerts, true),
+      duplicate: !step.counted,
+      rate: step.rate,
+    }
   }
 }
 

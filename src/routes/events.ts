@@ -4,14 +4,15 @@ import { isoOrNull } from '../clock.ts'
 import { nanoToUsd } from '../money.ts'
 import { eventBody } from '../schemas/event.ts'
 import { parse, principal } from './parse.ts'
-import type { RouteLimits } from './limits.ts'
+import { rateHeaders, type RouteLimits } from './limits.ts'
 
 export const eventsRoutes =
   (ingest: IngestService, limits: RouteLimits): FastifyPluginAsync =>
   async (app) => {
-    app.post('/events', { config: { rateLimit: limits.events } }, async (request) => {
+    app.post('/events', async (request, response) => {
       const event = parse(eventBody, request.body, 'invalid_body')
-      const reply = await ingest.ingest(principal(request).userId, event)
+      const reply = await ingest.ingest(principal(request).userId, event, limits.eventsCharge(request))
+      rateHeaders(response, reply.rate)
       return {
         ok: true,
         event_id: reply.eventId,

@@ -1,20 +1,20 @@
 import type { FastifyPluginAsync } from 'fastify'
 import { isoOrNull } from '../clock.ts'
+import { Problem } from '../errors.ts'
 import type { HoldService } from '../holds/service.ts'
 import { nanoToUsd } from '../money.ts'
 import { holdBody, holdParams } from '../schemas/hold.ts'
-import type { RouteLimits } from './limits.ts'
+import { rateHeaders, type RouteLimits } from './limits.ts'
 import { parse, principal } from './parse.ts'
 
-/** Budget holds, limited with POST /events: a guarded call asks for one before each event. */
+/** Budget holds, counted in the API key's budget of events: a guarded call asks for one before each event. */
 export const holdsRoutes =
   (holds: HoldService, limits: RouteLimits): FastifyPluginAsync =>
   async (app) => {
-    const opts = { config: { rateLimit: limits.events } }
-
-    app.post('/holds', opts, async (request) => {
+    app.post('/holds', async (request, reply) => {
       const body = parse(holdBody, request.body, 'invalid_body')
-      const r = await holds.hold(principal(request).userId, body)
+      const r = await holds.hold(principal(request).userId, body, limits.eventsCharge(request))
+      rateHeaders(reply, r.rate)
       const granted = r.refusal === null
       return {
         ok: true,
@@ -30,9 +30,11 @@ export const holdsRoutes =
       }
     })
 
-    app.delete('/holds/:hold_id', opts, async (request) => {
+    app.delete('/holds/:hold_id', async (request, reply) => {
       const { hold_id } = parse(holdParams, request.params, 'invalid_query')
-      const released = await holds.release(principal(request).userId, hold_id)
+      const { released, rate } = await holds.release(principal(request).userId, hold_id, limits.eventsCharge(request))
+      rateHeaders(reply, rate)
+      if (!released) throw new Problem('hold_not_found', `no open hold ${hold_id} for this API key's user: settled, released, expired or never granted`)
       return { ok: true, hold_id, agent_id: released.agentId, released_usd: nanoToUsd(released.costNano) }
     })
   }

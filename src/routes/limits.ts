@@ -1,8 +1,9 @@
 import { createRequire } from 'node:module'
-import type { FastifyRequest } from 'fastify'
+import type { FastifyReply, FastifyRequest } from 'fastify'
 import type { FastifyRateLimitStore, RateLimitOptions } from '@fastify/rate-limit'
 import type { Config } from '../config.ts'
 import { Problem } from '../errors.ts'
+import type { RateCharge, RateState } from '../hot-state/types.ts'
 
 // The plugin's own in-memory store, one per route by design. burnrate limits groups of
 // routes (all reads together), so every route shares one store; the group is in the key.
@@ -23,29 +24,47 @@ export class GroupedLocalStore implements FastifyRateLimitStore {
 }
 
 export interface RouteLimits {
-  events: RateLimitOptions
+  /** A request's charge against its key's budget of events, counted by the hot state in the step that does what it asks. */
+  eventsCharge(req: FastifyRequest): RateCharge
   reads: RateLimitOptions
   config: RateLimitOptions
 }
 
+/** Every budget is per minute. */
+const WINDOW_MS = 60_000
+
 /**
- * Per-key limits, counted per route group: POST /events (120 requests per minute by default;
- * a key can carry its own), all reads together, both config routes together. Auth runs
- * first, so the key id is known here.
+ * Per-key limits, counted per route group: the events routes (POST /events, each event of
+ * POST /events/batch, POST and DELETE /holds: 120 a minute by default; a key can carry its
+ * own), all reads together, the config routes together. The events budget is counted by the
+ * hot state in the same step as the event (one call to Redis per request, not two); the
+ * others by @fastify/rate-limit. Both answer the same way: the x-ratelimit-* headers, and a
+ * 429 with Retry-After past the budget. Auth runs first, so the key id is known here.
  */
 export function routeLimits(config: Config): RouteLimits {
   const limit = (group: string, max: (req: FastifyRequest) => number): RateLimitOptions => ({
     max: (req) => max(req),
-    timeWindow: 60_000,
+    timeWindow: WINDOW_MS,
     keyGenerator: (req) => `${group}:${req.principal?.keyId ?? req.ip}`,
-    errorResponseBuilder: (_req, ctx) =>
-      new Problem('rate_limited', `at most ${ctx.max} requests per minute for this API key; retry after ${Math.ceil(ctx.ttl / 1000)} s`, {
-        retryAfter: Math.ceil(ctx.ttl / 1000),
-      }),
+    errorResponseBuilder: (_req, ctx) => rateLimitedProblem(ctx.max, ctx.ttl),
   })
   return {
-    events: limit('events', (req) => req.principal?.rateLimit ?? config.rateLimits.events),
+    eventsCharge: (req) => ({ key: `events:${req.principal?.keyId ?? req.ip}`, max: req.principal?.rateLimit ?? config.rateLimits.events, windowMs: WINDOW_MS }),
     reads: limit('reads', () => config.rateLimits.reads),
     config: limit('config', () => config.rateLimits.config),
   }
+}
+
+/** The 429 of a budget spent, `ttlMs` before its window ends. */
+export function rateLimitedProblem(max: number, ttlMs: number): Problem {
+  const seconds = Math.ceil(ttlMs / 1000)
+  return new Problem('rate_limited', `at most ${max} requests per minute for this API key; retry after ${seconds} s`, { retryAfter: seconds })
+}
+
+/** The headers @fastify/rate-limit sends, for a budget the hot state counted: what it allows, what is left, when it starts again (s). */
+export function rateHeaders(reply: FastifyReply, rate: RateState | null): void {
+  if (!rate) return
+  reply.header('x-ratelimit-limit', rate.max)
+  reply.header('x-ratelimit-remaining', Math.max(0, rate.max - rate.current))
+  reply.header('x-ratelimit-reset', Math.ceil(rate.ttlMs / 1000))
 }

@@ -437,6 +437,37 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     })
   })
 
+  describe("an API key's budget of events", () => {
+    const charge = (max: number, key = 'events:k1') => ({ key, max, windowMs: 60_000 })
+
+    it('counts events, holds and releases against one window, refuses past it before anything is done, and starts again when it ends', async () => {
+      const { hs, journaled } = await make()
+      const rate = charge(3)
+      expect((await hs.record({ ...ev(1), rate }, T0)).rate).toEqual({ max: 3, current: 1, ttlMs: 60_000 })
+      expect((await hs.hold(ref, { holdId: 'h1', costNano: 1, expiresAt: T0 + 60_000, rate }, T0 + 1000)).rate).toEqual({ max: 3, current: 2, ttlMs: 59_000 })
+      expect((await hs.release('u', 'h1', T0 + 2000, rate)).rate).toEqual({ max: 3, current: 3, ttlMs: 58_000 })
+      await journaled()
+      const refused = { ...ev(5), rate }
+      await expect(hs.record(refused, T0 + 3000)).rejects.toMatchObject({ name: 'RateLimitedError', rate: { max: 3, current: 4, ttlMs: 57_000 } })
+      await expect(hs.hold(ref, { holdId: 'h2', costNano: 1, expiresAt: T0 + 60_000, rate }, T0 + 3000)).rejects.toMatchObject({ rate: { current: 5 } })
+      await expect(hs.release('u', 'h2', T0 + 3000, rate)).rejects.toMatchObject({ rate: { current: 6 } })
+      // Nothing of the refused ones was done: no row, no count, no hold.
+      expect(await journaled()).toEqual([])
+      expect((await hs.get(ref, T0 + 3000)).snapshot).toMatchObject({ totalNano: 1, heldNano: 0 })
+      // Another key has a budget of its own; the window's end starts this one again.
+      expect((await hs.record({ ...ev(1), rate: charge(3, 'events:k2') }, T0 + 3000)).rate).toMatchObject({ current: 1 })
+      expect((await hs.record({ ...refused }, T0 + 60_000)).rate).toEqual({ max: 3, current: 1, ttlMs: 60_000 })
+      expect((await hs.get(ref, T0 + 60_000)).snapshot.totalNano).toBe(7)
+    })
+
+    it('counts concurrent charges exactly: no more than the budget pass', async () => {
+      const { hs } = await make()
+      const results = await Promise.allSettled(Array.from({ length: 30 }, () => hs.record({ ...ev(1), rate: charge(20) }, T0)))
+      expect(results.filter((r) => r.status === 'fulfilled')).toHaveLength(20)
+      expect((await hs.get(ref, T0)).snapshot.totalNano).toBe(20)
+    })
+  })
+
   describe('agents that ignore their pause', () => {
     it('flags the first llm_call after the pause and its grace, once, counts the rest, and forgets them on resume', async () => {
       const { hs, journaled } = await make()
@@ -484,7 +515,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       await hs.setPolicy(ref, policy(10, { alertAt: [] }), T0, 'key-1')
       await hs.record(ev(4 * USD), T0)
       await journaled()
-      expect(await hs.hold(ref, hold(3 * USD), T0)).toEqual({ refusal: null, paused: false, pausedReason: null, remainingNano: 3 * USD })
+      expect(await hs.hold(ref, hold(3 * USD), T0)).toEqual({ refusal: null, paused: false, pausedReason: null, remainingNano: 3 * USD, rate: null })
       // Exactly at the budget is within it; a nano more is over.
       expect(await hs.hold(ref, hold(3 * USD + 1), T0)).toMatchObject({ refusal: 'budget', remainingNano: 3 * USD })
       expect(await hs.hold(ref, hold(3 * USD), T0)).toMatchObject({ refusal: null, remainingNano: 0 })
@@ -547,12 +578,12 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       expect(await held(hs, ref, T0 + 999)).toBe(USD)
       expect(await held(hs, ref, T0 + 1000)).toBe(0)
       expect(await held(hs, fleetOf('u'), T0 + 1000)).toBe(0)
-      expect(await hs.release('u', h.holdId, T0 + 1000)).toBeNull()
+      expect((await hs.release('u', h.holdId, T0 + 1000)).hold).toBeNull()
       const early = hold(2 * USD)
       await hs.hold(ref, early, T0)
-      expect(await hs.release('v', early.holdId, T0)).toBeNull()
-      expect(await hs.release('u', early.holdId, T0)).toEqual({ agentId: 'a', costNano: 2 * USD })
-      expect(await hs.release('u', early.holdId, T0)).toBeNull()
+      expect((await hs.release('v', early.holdId, T0)).hold).toBeNull()
+      expect((await hs.release('u', early.holdId, T0)).hold).toEqual({ agentId: 'a', costNano: 2 * USD })
+      expect((await hs.release('u', early.holdId, T0)).hold).toBeNull()
       expect(await held(hs)).toBe(0)
       expect(await held(hs, fleetOf('u'))).toBe(0)
     })

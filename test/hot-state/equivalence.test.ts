@@ -13,8 +13,9 @@ import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
 import { startRedis } from '../helpers/redis.ts'
 
 /**
- * The two hot states cannot drift: the same random history of events, configs, pauses,
- * holds, releases, reads and clock steps, over three agents of a user and their fleet, runs
+ * The two hot states cannot drift: the same random history of events (one by one, and sent
+ * at once, which the Redis one takes in one call), configs, pauses, holds, releases, reads
+ * and clock steps, over three agents of a user and their fleet, runs
  * through the in-process one and the Redis one, and every answer and every row they journal
  * (in order) must be the same. Versions are each store's own counters: they are compared by
  * order (each state's grow), not by value.
@@ -26,8 +27,10 @@ const USD = 1_000_000_000
 const T0 = Date.UTC(2026, 2, 1, 10, 0, 0)
 
 type Target = number // an index into AGENTS, or -1: the fleet
+type RecordOp = { k: 'record'; agent: number; cents: number; llm: boolean; repeat: number | null; settle: number | null; charged: boolean }
 type Op =
-  | { k: 'record'; agent: number; cents: number; llm: boolean; repeat: number | null; settle: number | null }
+  | RecordOp
+  | { k: 'burst'; events: RecordOp[] }
   | { k: 'config'; target: Target; thresholdCents: number; autoResume: boolean; alertAt: number[]; velocity: { cents: number; minutes: number } | null }
   | { k: 'pause'; target: Target; paused: boolean }
   | { k: 'hold'; agent: number; cents: number; ttlMinutes: number; retry: number | null }
@@ -43,8 +46,11 @@ const earlier = fc.option(fc.nat({ max: 1000 }), { freq: 2 })
 // Amounts from a few round values, so that spends land exactly on limits and levels.
 const cents = fc.constantFrom(0, 10, 20, 25, 40, 50, 100)
 const limitCents = fc.constantFrom(50, 100, 150, 200)
+const recordOp: fc.Arbitrary<RecordOp> = fc.record({ k: fc.constant('record' as const), agent, cents, llm: fc.boolean(), repeat: earlier, settle: earlier, charged: fc.boolean() })
 const op: fc.Arbitrary<Op> = fc.oneof(
-  { weight: 8, arbitrary: fc.record({ k: fc.constant('record' as const), agent, cents, llm: fc.boolean(), repeat: earlier, settle: earlier }) },
+  { weight: 8, arbitrary: recordOp },
+  // Events sent at once: the Redis hot state takes them in one call (its group commit).
+  { weight: 3, arbitrary: fc.record({ k: fc.constant('burst' as const), events: fc.array(recordOp, { minLength: 2, maxLength: 8 }) }) },
   {
     weight: 2,
     arbitrary: fc.record({
@@ -142,25 +148,35 @@ interface Ids {
   holdId: string | undefined
 }
 
+/** An event of a step, with the ids it names. */
+function eventOf(o: RecordOp, ids: Ids, now: number): RecordEvent {
+  const ref = refOf(o.agent)
+  const { eventId, holdId: hold } = ids
+  const costNano = o.cents * (USD / 100)
+  return {
+    ...ref,
+    eventId,
+    costNano,
+    llmCall: o.llm,
+    at: now,
+    holdId: o.llm ? hold : undefined,
+    row: { user_id: USER, agent_id: ref.agentId, timestamp: toChDateTime64us(now * 1000), event_id: eventId, event_type: o.llm ? 'llm_call' : 'tool_call', model: '', input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, tool_name: null, metadata: '', cost_nano: costNano, price_fallback: false },
+    // A small budget, so that some charges are refused.
+    ...(o.charged ? { rate: { key: 'events:k', max: 12, windowMs: 600_000 } } : {}),
+  }
+}
+
 /** Applies one step to a store and answers what it said and journaled. */
-async function apply(s: Store, o: Op, now: number, ids: Ids): Promise<unknown> {
+async function apply(s: Store, o: Op, now: number, ids: Ids | Ids[]): Promise<unknown> {
   const versions: Array<[string, number]> = []
   let answer: unknown
   switch (o.k) {
-    case 'record': {
-      const ref = refOf(o.agent)
-      const { eventId, holdId: hold } = ids
-      const costNano = o.cents * (USD / 100)
-      const e: RecordEvent = {
-        ...ref,
-        eventId,
-        costNano,
-        llmCall: o.llm,
-        at: now,
-        holdId: o.llm ? hold : undefined,
-        row: { user_id: USER, agent_id: ref.agentId, timestamp: toChDateTime64us(now * 1000), event_id: eventId, event_type: o.llm ? 'llm_call' : 'tool_call', model: '', input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, tool_name: null, metadata: '', cost_nano: costNano, price_fallback: false },
-      }
-      answer = await outcome(s.hs.record(e, now))
+    case 'record':
+      answer = await outcome(s.hs.record(eventOf(o, ids as Ids, now), now))
+      break
+    case 'burst': {
+      const all = ids as Ids[]
+      answer = await Promise.all(o.events.map((e, i) => outcome(s.hs.record(eventOf(e, all[i]!, now), now))))
       break
     }
     case 'config': {
@@ -179,11 +195,11 @@ async function apply(s: Store, o: Op, now: number, ids: Ids): Promise<unknown> {
       answer = await outcome(s.hs.setPaused(refOf(o.target), o.paused, now, 'key'))
       break
     case 'hold': {
-      answer = await outcome(s.hs.hold(refOf(o.agent), { holdId: ids.holdId!, costNano: o.cents * (USD / 100), expiresAt: now + o.ttlMinutes * 60_000 }, now))
+      answer = await outcome(s.hs.hold(refOf(o.agent), { holdId: (ids as Ids).holdId!, costNano: o.cents * (USD / 100), expiresAt: now + o.ttlMinutes * 60_000 }, now))
       break
     }
     case 'release':
-      answer = await outcome(s.hs.release(USER, ids.holdId ?? 'none', now))
+      answer = await outcome(s.hs.release(USER, (ids as Ids).holdId ?? 'none', now))
       break
     case 'get':
       answer = await outcome(s.hs.get(refOf(o.target), now))
@@ -219,12 +235,15 @@ describe('the two hot states', () => {
           // An earlier id named again, or a new one (remembered for later steps).
           const again = (list: string[], i: number | null) => (i === null || list.length === 0 ? undefined : list[i % list.length])
           const fresh = (list: string[], prefix: string) => (list.push(`${prefix}${list.length}`), list.at(-1)!)
-          const ids: Ids =
+          const eventIds = (r: RecordOp): Ids => ({ eventId: again(events, r.repeat) ?? fresh(events, 'e'), holdId: again(holds, r.settle) })
+          const ids: Ids | Ids[] =
             o.k === 'record'
-              ? { eventId: again(events, o.repeat) ?? fresh(events, 'e'), holdId: again(holds, o.settle) }
-              : o.k === 'hold'
-                ? { eventId: '', holdId: again(holds, o.retry) ?? fresh(holds, 'h') }
-                : { eventId: '', holdId: o.k === 'release' ? again(holds, o.hold) : undefined }
+              ? eventIds(o)
+              : o.k === 'burst'
+                ? o.events.map(eventIds)
+                : o.k === 'hold'
+                  ? { eventId: '', holdId: again(holds, o.retry) ?? fresh(holds, 'h') }
+                  : { eventId: '', holdId: o.k === 'release' ? again(holds, o.hold) : undefined }
           const results = [await apply(memory, o, now, ids), await apply(inRedis, o, now, ids)] as Array<{ said: unknown; versions: Array<[string, number]> }>
           expect(results[1]!.said, `step ${i}: ${JSON.stringify(o)}`).toEqual(results[0]!.said)
           // Each store's versions grow per table and state in the order it journaled them.
@@ -245,7 +264,7 @@ describe('the two hot states', () => {
           [
             [
               { k: 'config', target: 0, thresholdCents: 200, autoResume: false, alertAt: [], velocity: { cents: 50, minutes: 1 } },
-              { k: 'record', agent: 0, cents: 100, llm: true, repeat: null, settle: null },
+              { k: 'record', agent: 0, cents: 100, llm: true, repeat: null, settle: null, charged: false },
               { k: 'pause', target: 0, paused: false },
               { k: 'hold', agent: 1, cents: 10, ttlMinutes: 30, retry: null },
               { k: 'tick', ms: 120_000 },

@@ -4,20 +4,26 @@
 -- K: journal, fenced
 -- A: now, ttl, instance, stream_rows, at, base, meters, states (the agent's, then its
 --   fleet's: state.lua read_states), hold {id, amount, expires (ms), key_id (the agent's
---   name in key names), agent_id}
+--   name in key names), agent_id}, rate (its charge: state.lua charge(), or absent)
 -- Returns a control answer (state.lua control(): FENCED, NEEDS_LOAD, STALE,
--- HOLD_OF_ANOTHER_AGENT), or {refusal (absent: granted), agent and fleet {pause {paused,
--- reason, override}, spent [per meter], held}, transitions}.
+-- HOLD_OF_ANOTHER_AGENT), {limited = its budget}, or {refusal (absent: granted), agent and
+-- fleet {pause {paused, reason, override}, spent [per meter], held}, transitions, rate}.
 local closed = journal_closed(false)
 if closed then return control(closed) end
 local states, answer_now = read_states()
 if not states then return answer_now end
+local rate = A.rate and charge(A.rate)
+if rate and rate.current > rate.max then
+  save_budgets()
+  return cjson.encode({ limited = rate })
+end
 local agent, fleet = states[1], states[2]
 local h = A.hold
 local mine = open_hold(agent, h.id)
 if not mine and open_hold(fleet, h.id) then
   save_state(agent)
   save_state(fleet)
+  save_budgets()
   return control('HOLD_OF_ANOTHER_AGENT', { hold = h.id })
 end
 judge(agent, agent.meters)
@@ -33,9 +39,10 @@ if not step.refusal and not mine then
 end
 save_state(agent)
 save_state(fleet)
+save_budgets()
 local function told(st)
   local spent = {}
   for i, x in ipairs(st.spent) do spent[i] = fmt(x) end
   return { pause = { paused = st.pause.paused, reason = st.pause.reason, override = st.pause.override }, spent = spent, held = fmt(st.held) }
 end
-return cjson.encode({ refusal = step.refusal, agent = told(agent), fleet = told(fleet), transitions = transitions })
+return cjson.encode({ refusal = step.refusal, agent = told(agent), fleet = told(fleet), transitions = transitions, rate = rate })

@@ -8,11 +8,12 @@
 -- A: now, ttl, instance, stream_rows, at (now as ClickHouse text), grace (ms), base, meters,
 --   states (state.lua read_states), events: [{agent, fleet (indices into A.states), fp (the
 --   id's fingerprint), cost, llm_call, minute, hold (the hold it settles, or absent), row
---   (the ARGV index of its row's JSON)}]
+--   (the ARGV index of its row's JSON), rate (its charge: state.lua charge(), or absent)}]
 -- Returns a control answer before any change (state.lua control(): FENCED, FULL,
--- NEEDS_LOAD, STALE), or {events = [answer…]}: each {error = 'HOLD_OF_ANOTHER_AGENT'}
--- (nothing of it was applied), or {counted, cost, total, reason, fleet_reason, exhausts,
--- transitions, alerts, ignored, fleet_exhausts (with fleet alerts)}.
+-- NEEDS_LOAD, STALE), or {events = [answer…]}: each {limited = its budget} (over its
+-- budget: nothing else of it was done), {error = 'HOLD_OF_ANOTHER_AGENT'} (nothing of it was
+-- applied), or {counted, cost, total, reason, fleet_reason, exhausts, transitions, alerts,
+-- ignored, fleet_exhausts (with fleet alerts), rate (its budget)}.
 local closed = journal_closed(true)
 if closed then return control(closed) end
 local states, answer_now = read_states()
@@ -25,7 +26,7 @@ local function exhausts(st)
   return nil
 end
 
--- One event's answer; `agent`, `fleet`: its states.
+-- One event's answer, once charged; `agent`, `fleet`: its states.
 local function answer(e, agent, fleet)
   local seen = seen_cost(ids, e.fp)
   if seen then
@@ -83,10 +84,17 @@ end
 
 local answers = {}
 for i, e in ipairs(A.events) do
-  local agent, fleet = states[e.agent], states[e.fleet]
-  agent.pushed = false
-  answers[i] = answer(e, agent, fleet)
+  local rate = e.rate and charge(e.rate)
+  if rate and rate.current > rate.max then
+    answers[i] = { limited = rate }
+  else
+    local agent, fleet = states[e.agent], states[e.fleet]
+    agent.pushed = false
+    answers[i] = answer(e, agent, fleet)
+    if not answers[i].error then answers[i].rate = rate end
+  end
 end
+save_budgets()
 save_ids(ids)
 for _, st in ipairs(states) do
   save_state(st)

@@ -592,6 +592,35 @@ local function touch(st)
   redis.call('PEXPIRE', st.w, TTL)
 end
 
+-- API keys' budgets of events (types.ts RateCharge), kept as memory.ts #charge keeps them:
+-- a window starts with its first charge and ends `window` ms later. A budget is a string key
+-- 'count ends' (ends: epoch ms), in the user's slot; its TTL only collects it. The charges of
+-- one call are counted here and written once, at its end (save_budgets): a call that stops
+-- with a control answer has charged nothing.
+local budgets = {}
+
+-- Counts a charge ({key, max, window}) and answers its budget: {max, current, ttl (ms)}.
+local function charge(rate)
+  local b = budgets[rate.key]
+  if not b then
+    local v = redis.call('GET', rate.key)
+    local count, ends = 0, 0
+    if v then count, ends = string.match(v, '^(%d+) (%d+)$') end
+    count, ends = tonumber(count), tonumber(ends)
+    if ends <= NOW then count, ends = 0, NOW + rate.window end
+    b = { count = count, ends = ends, window = rate.window }
+    budgets[rate.key] = b
+  end
+  b.count = b.count + 1
+  return { max = rate.max, current = b.count, ttl = b.ends - NOW }
+end
+
+local function save_budgets()
+  for key, b in pairs(budgets) do
+    redis.call('SET', key, b.count .. ' ' .. fmt(b.ends), 'PX', math.max(1, b.ends - NOW))
+  end
+end
+
 -- A control answer: what the caller must do before the script can act (redis.ts), sent
 -- before anything changed. Written by hand so that it always starts with {"control": the
 -- caller tells it from a result without decoding it. `detail` names the states concerned:
