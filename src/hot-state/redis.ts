@@ -79,6 +79,13 @@ interface Group {
   scheduled: boolean
 }
 
+/** A charge as the scripts take it (lua/state.lua charge()). */
+interface RateArgs {
+  key: string
+  max: number
+  window: number
+}
+
 /** The events one record call carries at most; more wait for the next. */
 const MAX_GROUP = 256
 
@@ -194,6 +201,16 @@ export class RedisHotState implements HotState {
       if (i === undefined) index.set(key, (i = refs.push(ref)))
       return i
     }
+    // The budgets charged, each once (the events of a request's key share one).
+    const rates: RateArgs[] = []
+    const rateIndex = new Map<string, number>()
+    const rateOfEvent = (e: RecordEvent): number | undefined => {
+      if (!e.rate) return undefined
+      const args = this.#rateArgs(e.userId, e.rate)
+      let i = rateIndex.get(args.key)
+      if (i === undefined) rateIndex.set(args.key, (i = rates.push(args)))
+      return i
+    }
     const events = batch.map(({ e }, i) => ({
       agent: place(e),
       fleet: place(fleetOf(e.userId)),
@@ -203,13 +220,13 @@ export class RedisHotState implements HotState {
       minute: minuteOf(e.at),
       hold: e.holdId,
       row: i + 2,
-      rate: e.rate && this.#rateArgs(e.userId, e.rate),
+      rate: rateOfEvent(e),
     }))
     let reply: { result: ScriptResult<'record'>; states: readonly CallState[] }
     try {
       reply = await this.#run('record', refs, now, DURABLE, (call) => ({
         keys: this.#partitionKeys(batch[0]!.e.userId),
-        args: { ...this.#head(now), ...this.#statesArgs(call), grace: this.#graceMs, events },
+        args: { ...this.#head(now), ...this.#statesArgs(call), grace: this.#graceMs, rates, events },
         rest: batch.map((w) => JSON.stringify(w.e.row)),
       }))
     } catch (err) {
@@ -274,7 +291,7 @@ export class RedisHotState implements HotState {
   }
 
   /** A charge as the scripts take it (lua/state.lua charge()): its budget's key, in the user's slot. */
-  #rateArgs(userId: string, rate: RateCharge): { key: string; max: number; window: number } {
+  #rateArgs(userId: string, rate: RateCharge): RateArgs {
     return { key: `${this.#userNames(userId).budgets}${rate.key}`, max: rate.max, window: rate.windowMs }
   }
 

@@ -13,7 +13,7 @@ if not states then return answer_now end
 local st = judge(states[1], states[1].meters)
 local change = relax(st, st.meters)
 local out = {
-  total = fmt(st.total), calls = fmt(st.calls), active = st.newest >= DAY_FROM,
+  total = fmt(st.total), calls = fmt(st.calls), active = st.cm >= DAY_FROM,
   pause = { paused = st.pause.paused, reason = st.pause.reason, override = st.pause.override, since = fmt(st.pause.since) },
   held = fmt(st.held),
   ignored = { since = fmt(st.ign.since), calls = fmt(st.ign.calls), nano = fmt(st.ign.nano), flagged = st.ign.flagged },

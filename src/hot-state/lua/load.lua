@@ -14,10 +14,10 @@
 local ids = id_tables()
 local installed = {}
 for i, s in ipairs(A.states) do
-  installed[i] = redis.call('HGET', s.key, 'loaded') ~= '1'
+  installed[i] = not redis.call('HGET', s.key, 'from')
   if installed[i] then
     local base = string.sub(s.key, 1, -3)
-    local st = { s = s.key, w = base .. ':w', total = 0, calls = 0, from = DAY_FROM, newest = 0, tallies = {} }
+    local st = { s = s.key, w = base .. ':w', total = 0, calls = 0, from = DAY_FROM, cm = 0, cc = 0, cn = 0, tallies = {} }
     -- Leftovers of a partly expired state (and its holds, which counted in the state lost)
     -- must not add to what is loaded. The tallies start from the buckets when first read.
     redis.call('DEL', st.s, st.w, base .. ':hz', base .. ':h')
@@ -27,9 +27,10 @@ for i, s in ipairs(A.states) do
     -- Ids the partition still remembers (the state's keys expired before its ids) stay as they are.
     for k, seen in ipairs(s.seen) do
       local fp = ARGV[s.fps + k - 1]
-      if seen[2] >= DAY_FROM and not seen_cost(ids, fp) then remember(ids, fp, fmt(seen[1]), seen[2]) end
+      local h = h32(fp)
+      if seen[2] >= DAY_FROM and not seen_cost(ids, fp, h) then remember(ids, fp, h, fmt(seen[1]), seen[2]) end
     end
-    redis.call('HSET', st.s, 'loaded', '1', 'total', st.total, 'calls', st.calls, 'from', DAY_FROM, 'newest', st.newest)
+    redis.call('HSET', st.s, 'from', DAY_FROM, 'total', st.total, 'calls', st.calls, 'cm', st.cm, 'cc', st.cc, 'cn', st.cn)
     if s.pv > 0 then redis.call('HSET', st.s, 'pv', fmt(s.pv), 'policy', s.policy, 'shown', s.shown) end
     local pause, ignored = pause_text(s.pause), s.ignored and ignored_text(s.ignored)
     if pause then redis.call('HSET', st.s, 'pause', pause) end

@@ -8,7 +8,8 @@
 -- A: now, ttl, instance, stream_rows, at (now as ClickHouse text), grace (ms), base, meters,
 --   states (state.lua read_states), events: [{agent, fleet (indices into A.states), fp (the
 --   id's fingerprint), cost, llm_call, minute, hold (the hold it settles, or absent), row
---   (the ARGV index of its row's JSON), rate (its charge: state.lua charge(), or absent)}]
+--   (the ARGV index of its row's JSON), rate (its charge: an index into A.rates, the
+--   budgets charged (state.lua charge()), or absent)}]
 -- Returns a control answer before any change (state.lua control(): FENCED, FULL,
 -- NEEDS_LOAD, STALE), or {events = [answer…]}: each {limited = its budget} (over its
 -- budget: nothing else of it was done), {error = 'HOLD_OF_ANOTHER_AGENT'} (nothing of it was
@@ -28,7 +29,8 @@ end
 
 -- One event's answer, once charged; `agent`, `fleet`: its states.
 local function answer(e, agent, fleet)
-  local seen = seen_cost(ids, e.fp)
+  local h = h32(e.fp)
+  local seen = seen_cost(ids, e.fp, h)
   if seen then
     -- A retry, or an event that a load from ClickHouse already counted: nothing changes.
     return { counted = false, cost = seen, total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason, exhausts = exhausts(agent) }
@@ -40,7 +42,7 @@ local function answer(e, agent, fleet)
     if not open_hold(agent, e.hold) and open_hold(fleet, e.hold) then return { error = 'HOLD_OF_ANOTHER_AGENT' } end
     if take_hold(agent, e.hold) then take_hold(fleet, e.hold) end
   end
-  remember(ids, e.fp, fmt(e.cost), e.minute)
+  remember(ids, e.fp, h, fmt(e.cost), e.minute)
   journal('events', ARGV[e.row])
   judge(agent, agent.meters)
   judge(fleet, fleet.meters)
@@ -84,7 +86,7 @@ end
 
 local answers = {}
 for i, e in ipairs(A.events) do
-  local rate = e.rate and charge(e.rate)
+  local rate = e.rate and charge(A.rates[e.rate])
   if rate and rate.current > rate.max then
     answers[i] = { limited = rate }
   else

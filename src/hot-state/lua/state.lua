@@ -10,8 +10,9 @@
 --
 -- A state (an agent's, or its fleet's: the agent '' of its user, types.ts FLEET) is four
 -- keys named from its base <prefix>{p<n>}:hs:<32 hex of (user, agent)>:
---   :s  hash: loaded ('1' once installed by load.lua); total and calls, what the window of
---       24 h holds from its first minute `from` on; newest (the newest bucket's minute);
+--   :s  hash: from (the first minute of its window of 24 h; present once installed by
+--       load.lua); total and calls, what that window holds; cm, cc and cn, its newest bucket
+--       (minute, cost, llm calls), which events add to until a newer minute starts;
 --       t<minutes> and f<minutes>, the tallies of shorter windows (what the buckets from
 --       minute f<minutes> on hold), kept for the projection's last hour and each meter's;
 --       pause (absent while running without override, else 'paused override since reason');
@@ -20,11 +21,12 @@
 --       al:<meter id> (its alert bits, policy.ts alerts); ign (the ignoring-pause counts,
 --       'since calls nano flagged', absent: none); held (the sum of the open holds, absent:
 --       none); version (the counter that orders its transitions and alerts)
---   :w  hash of minute buckets: c<minute> = cost, n<minute> = llm calls (absent: none), and
---       h<hour> = the cost of the buckets of each UTC hour (the projection's)
+--   :w  hash of the buckets before the newest: c<minute> = cost, n<minute> = llm calls
+--       (absent: none), and h<hour> = the cost of those buckets of each UTC hour (the
+--       projection's)
 --   :hz, :h  its open budget holds (below)
--- An event costs its state one HMGET and one HSET of :s and two or three HINCRBY of :w; the
--- windows move on by minutes, each bucket read and dropped once when it leaves. Numbers
+-- An event costs its state one HMGET and one HSET of :s; a bucket is written to :w once,
+-- when a newer minute starts, and read and dropped once, when it leaves a window. Numbers
 -- passed to redis.call as numbers are written exactly up to 2^53 (Redis prints them in full).
 local MINUTE_MS = 60000
 local HOUR_MS = 3600000
@@ -82,11 +84,13 @@ local function tallies_of(meters)
   return windows
 end
 
--- The :w fields of the minutes from `first` to `last` that exist: {minute = {cost, calls}}.
--- A long span of an idle state reads the whole hash instead, which holds at most a day.
+-- The buckets of the minutes from `first` to `last` that exist: {minute = {cost, calls}},
+-- the newest (in :s) with those of :w. A long span of an idle state reads the whole hash
+-- instead, which holds at most a day.
 local function buckets_between(st, first, last)
   local found = {}
   if last < first then return found end
+  if st.cm >= first and st.cm <= last then found[st.cm] = { st.cc, st.cn } end
   if (last - first + 1) * 2 > redis.call('HLEN', st.w) then
     local flat = redis.call('HGETALL', st.w)
     for i = 1, #flat, 2 do
@@ -117,12 +121,12 @@ local function move_tally(st, minutes, from)
   local t = st.tallies[minutes]
   if t and t.from == from then return end
   if t and t.from > from then t = nil end
-  if t and st.newest < from then
+  if t and st.cm < from then
     st.tallies[minutes] = { from = from, spent = 0 }
   else
     local first, spent = from, 0
     if t then first, spent = t.from, t.spent end
-    local leaving = t and buckets_between(st, first, from - 1) or buckets_between(st, from, st.newest)
+    local leaving = t and buckets_between(st, first, from - 1) or buckets_between(st, from, st.cm)
     for _, b in pairs(leaving) do
       if t then spent = spent - b[1] else spent = spent + b[1] end
     end
@@ -132,12 +136,13 @@ local function move_tally(st, minutes, from)
 end
 
 -- The day's window moved on: the buckets that left it are taken off its totals and dropped,
--- with their hours' share (an hour whose every minute left goes whole).
+-- with their hours' share (an hour whose every minute left goes whole). The newest bucket
+-- leaves only with all the others.
 local function move_day(st)
   if st.from >= DAY_FROM then return end
-  if st.newest < DAY_FROM then
+  if st.cm < DAY_FROM then
     if st.total ~= 0 or st.calls ~= 0 or redis.call('EXISTS', st.w) == 1 then redis.call('DEL', st.w) end
-    st.total, st.calls = 0, 0
+    st.total, st.calls, st.cm, st.cc, st.cn = 0, 0, 0, 0, 0
   else
     local names, hours = {}, {}
     for minute, b in pairs(buckets_between(st, st.from, DAY_FROM - 1)) do
@@ -152,7 +157,7 @@ local function move_day(st)
       if h * 60 + 59 < DAY_FROM then
         redis.call('HDEL', st.w, 'h' .. h)
       elseif cost ~= 0 then
-        redis.call('HINCRBY', st.w, 'h' .. h, fmt(-cost))
+        redis.call('HINCRBY', st.w, 'h' .. h, -cost)
       end
     end
   end
@@ -160,7 +165,7 @@ local function move_day(st)
   st.dirty = true
 end
 
-local STATE_FIELDS = { 'loaded', 'total', 'calls', 'from', 'newest', 'pause', 'pv', 'held', 'ign' }
+local STATE_FIELDS = { 'from', 'total', 'calls', 'cm', 'cc', 'cn', 'pause', 'pv', 'held', 'ign' }
 
 -- What read_state() reads of a state with `meters`: its fields, its tallies' windows and
 -- where their fields and the alert bits start; one per list of meters and call.
@@ -188,15 +193,15 @@ end
 local function read_state(key, meters, user, agent)
   local l = layout_of(meters)
   local v = redis.call('HMGET', key, unpack(l.fields))
-  if v[1] ~= '1' then return nil end
+  if not v[1] then return nil end
   local base = string.sub(key, 1, -3)
   local st = {
     s = key, base = base, w = base .. ':w', user = user, agent = agent,
-    total = tonumber(v[2] or 0), calls = tonumber(v[3] or 0), from = tonumber(v[4] or DAY_FROM), from_read = tonumber(v[4] or DAY_FROM),
-    newest = tonumber(v[5] or 0),
-    pause = parse_pause(v[6]), pause_read = v[6] or false,
-    pv = tonumber(v[7] or 0), held = tonumber(v[8] or 0), holds = v[8] ~= false,
-    ign = parse_ignored(v[9]), ign_read = v[9] or false,
+    from = tonumber(v[1]), from_read = tonumber(v[1]), total = tonumber(v[2] or 0), calls = tonumber(v[3] or 0),
+    cm = tonumber(v[4] or 0), cc = tonumber(v[5] or 0), cn = tonumber(v[6] or 0),
+    pause = parse_pause(v[7]), pause_read = v[7] or false,
+    pv = tonumber(v[8] or 0), held = tonumber(v[9] or 0), holds = v[9] ~= false,
+    ign = parse_ignored(v[10]), ign_read = v[10] or false,
     windows = l.windows, tallies = {}, alerted = {}, alerted_read = {}, dirty = false, tallies_dirty = false,
   }
   local at = #STATE_FIELDS
@@ -233,63 +238,70 @@ local function judge(st, meters)
 end
 
 -- RollingWindow.add(): a minute older than the newest bucket (a rebuild, a clock step back)
--- folds into the newest one, which leaves later, never earlier. cost, calls: numbers.
+-- folds into the newest one, which leaves later, never earlier. cost, calls: numbers. A
+-- newer minute writes the newest bucket to :w and starts a new one.
 local function add(st, minute, cost, calls)
   -- An event is never older than the window (it is stamped on arrival): one that would be
   -- counts from the window's first minute.
   local bucket = math.max(minute, st.from)
-  if st.newest >= bucket then
-    bucket = st.newest
+  if st.cm >= bucket then
+    bucket = st.cm
   else
-    st.newest = bucket
+    if st.cm > 0 and (st.cc ~= 0 or st.cn ~= 0) then
+      if st.cn ~= 0 then redis.call('HSET', st.w, 'c' .. st.cm, st.cc, 'n' .. st.cm, st.cn) else redis.call('HSET', st.w, 'c' .. st.cm, st.cc) end
+      if st.cc ~= 0 then redis.call('HINCRBY', st.w, 'h' .. hour_of(st.cm), st.cc) end
+    end
+    st.cm, st.cc, st.cn = bucket, 0, 0
     -- pushed: by the event at hand (record.lua resets it); touched: by any event of the call.
     st.pushed, st.touched = true, true
   end
   if cost ~= 0 then
-    redis.call('HINCRBY', st.w, 'c' .. bucket, cost)
-    redis.call('HINCRBY', st.w, 'h' .. hour_of(bucket), cost)
     for _, t in pairs(st.tallies) do
       if bucket >= t.from then t.spent = t.spent + cost end
     end
     st.tallies_dirty = true
   end
-  if calls ~= 0 then redis.call('HINCRBY', st.w, 'n' .. bucket, calls) end
+  st.cc, st.cn = st.cc + cost, st.cn + calls
   st.total = st.total + cost
   st.calls = st.calls + calls
   st.dirty = true
+end
+
+-- A field for save_state(): to `set` when `value` is not what was read (`was`), to `gone`
+-- when it is false (no value: the field goes).
+local function put(set, gone, field, value, was)
+  if value == was then return end
+  if value then
+    set[#set + 1] = field
+    set[#set + 1] = value
+  else
+    gone[#gone + 1] = field
+  end
 end
 
 -- Writes back what changed of a state: its windows' totals and tallies, its pause,
 -- ignoring-pause counts and alert bits. A running state never gets a pause field.
 local function save_state(st)
   local set, gone = {}, {}
-  -- A field written when it changed from what was read; false: deleted.
-  local function put(field, value, was)
-    if value == was then return end
-    if value then
-      set[#set + 1] = field
-      set[#set + 1] = value
-    else
-      gone[#gone + 1] = field
-    end
-  end
   if st.dirty then
-    put('total', st.total)
-    put('calls', st.calls)
-    put('newest', st.newest)
-    put('from', st.from, st.from_read)
+    put(set, gone, 'total', st.total)
+    put(set, gone, 'calls', st.calls)
+    put(set, gone, 'cm', st.cm)
+    put(set, gone, 'cc', st.cc)
+    put(set, gone, 'cn', st.cn)
+    put(set, gone, 'from', st.from, st.from_read)
   end
   if st.tallies_dirty then
     for w, t in pairs(st.tallies) do
-      put('t' .. w, t.spent)
-      put('f' .. w, t.from)
+      put(set, gone, 't' .. w, t.spent)
+      put(set, gone, 'f' .. w, t.from)
     end
   end
-  put('pause', pause_text(st.pause), st.pause_read)
-  put('ign', ignored_text(st.ign), st.ign_read)
+  put(set, gone, 'pause', pause_text(st.pause), st.pause_read)
+  put(set, gone, 'ign', ignored_text(st.ign), st.ign_read)
   for id, bits in pairs(st.alerted) do
     local was = st.alerted_read[id]
-    put('al:' .. id, bits ~= 0 and bits, was ~= nil and was ~= 0 and was)
+    put(set, gone, 'al:' .. id, bits ~= 0 and bits, was ~= nil and was ~= 0 and was)
   end
   if #set > 0 then redis.call('HSET', st.s, unpack(set)) end
   if #gone > 0 then redis.call('HDEL', st.s, unpack(gone)) end
@@ -307,8 +319,10 @@ local function exhaustion(st, threshold)
   local horizon = NOW + WINDOW * MINUTE_MS
   if at(threshold - st.total) >= horizon then return nil end
   local names = {}
-  for h = hour_of(st.from), hour_of(st.newest) do names[#names + 1] = 'h' .. h end
+  for h = hour_of(st.from), hour_of(st.cm) do names[#names + 1] = 'h' .. h end
   local costs = redis.call('HMGET', st.w, unpack(names))
+  -- The newest bucket is not in its hour's sum yet (add()).
+  costs[#names] = tonumber(costs[#names] or 0) + st.cc
   local left = 0
   for i, name in ipairs(names) do
     if costs[i] then
@@ -489,43 +503,52 @@ local function h32(fp)
   return tonumber(string.sub(fp, 1, 8), 16)
 end
 
--- Linear hashing: the bucket of hash h in a table of `buckets` buckets.
-local function bucket_of(h, buckets)
+-- The largest power of two at or under n.
+local function floor_pow2(n)
   local size = 1
-  while size * 2 <= buckets do size = size * 2 end
+  while size * 2 <= n do size = size * 2 end
+  return size
+end
+
+-- Linear hashing: the bucket of hash h in a table of `buckets` buckets, `size` its
+-- floor_pow2().
+local function bucket_of(h, buckets, size)
   local i = h % (size * 2)
   if i >= buckets then i = h % size end
   return i
 end
 
-local function id_bucket(period, i)
-  return K.ids .. ':' .. period .. ':' .. i
+-- A table of ids: its buckets, their power of two, its ids, its keys' prefix.
+local function id_table(period, buckets, ids)
+  return { b = buckets, size = floor_pow2(buckets), n = ids, prefix = K.ids .. ':' .. period .. ':' }
 end
 
--- The partition's tables still in the window: {[period] = {b = buckets, n = ids}}; the meta
--- of those that left it is dropped (their buckets expire on their own).
+-- The partition's tables still in the window: {[period] = table}; the meta of those that
+-- left it is dropped (their buckets expire on their own).
 local function id_tables()
   local flat = redis.call('HGETALL', K.ids)
-  local t = {}
+  local counts = {}
   for i = 1, #flat, 2 do
     local period = tonumber(string.sub(flat[i], 2))
-    t[period] = t[period] or { b = 1, n = 0 }
-    t[period][string.sub(flat[i], 1, 1)] = tonumber(flat[i + 1])
+    counts[period] = counts[period] or { b = 1, n = 0 }
+    counts[period][string.sub(flat[i], 1, 1)] = tonumber(flat[i + 1])
   end
-  for period in pairs(t) do
+  local t = {}
+  for period, c in pairs(counts) do
     if (period + 1) * PERIOD - 1 < DAY_FROM then
       redis.call('HDEL', K.ids, 'b' .. period, 'n' .. period)
-      t[period] = nil
+    else
+      t[period] = id_table(period, c.b, c.n)
     end
   end
   return t
 end
 
--- The cost the id was counted with (text), while its minute is in the window; nil otherwise.
-local function seen_cost(tables, fp)
-  local h = h32(fp)
+-- The cost the id (fingerprint `fp`, its h32 `h`) was counted with (text), while its minute
+-- is in the window; nil otherwise.
+local function seen_cost(tables, fp, h)
   for period, tb in pairs(tables) do
-    local v = redis.call('HGET', id_bucket(period, bucket_of(h, tb.b)), fp)
+    local v = redis.call('HGET', tb.prefix .. bucket_of(h, tb.b, tb.size), fp)
     if v then
       local sep = string.find(v, ':', 1, true)
       if period * PERIOD + tonumber(string.sub(v, sep + 1)) >= DAY_FROM then return string.sub(v, 1, sep - 1) end
@@ -536,31 +559,36 @@ end
 
 -- Remembers an id (the caller looked it up first) as counted at `cost` (text) in `minute`.
 -- The table's meta is written back by save_ids(), once per call.
-local function remember(tables, fp, cost, minute)
+local function remember(tables, fp, h, cost, minute)
   local period = math.floor(minute / PERIOD)
   local tb = tables[period]
   -- Relative to the caller's clock, as the window is: the TTL only collects garbage.
   local ttl = math.max(1, ((period + 1) * PERIOD + WINDOW) * MINUTE_MS - NOW)
   if not tb then
-    tb = { b = 1, n = 0, new = true }
+    tb = id_table(period, 1, 0)
+    tb.new = true
     tables[period] = tb
   end
   if tb.n + 1 > SPLIT_AT * tb.b then
     -- The next bucket in order splits: its ids that now address the new bucket move there.
-    local size = 1
-    while size * 2 <= tb.b do size = size * 2 end
-    local from, to = id_bucket(period, tb.b - size), id_bucket(period, tb.b)
+    local from, to = tb.prefix .. (tb.b - tb.size), tb.prefix .. tb.b
+    local size = floor_pow2(tb.b + 1)
     local flat = redis.call('HGETALL', from)
+    local moved, names = {}, {}
     for i = 1, #flat, 2 do
-      if bucket_of(h32(flat[i]), tb.b + 1) == tb.b then
-        redis.call('HSET', to, flat[i], flat[i + 1])
-        redis.call('HDEL', from, flat[i])
+      if bucket_of(h32(flat[i]), tb.b + 1, size) == tb.b then
+        moved[#moved + 1], moved[#moved + 2] = flat[i], flat[i + 1]
+        names[#names + 1] = flat[i]
       end
     end
-    redis.call('PEXPIRE', to, ttl)
-    tb.b = tb.b + 1
+    if #moved > 0 then
+      redis.call('HSET', to, unpack(moved))
+      redis.call('HDEL', from, unpack(names))
+      redis.call('PEXPIRE', to, ttl)
+    end
+    tb.b, tb.size = tb.b + 1, size
   end
-  local key = id_bucket(period, bucket_of(h32(fp), tb.b))
+  local key = tb.prefix .. bucket_of(h, tb.b, tb.size)
   if redis.call('HSETNX', key, fp, cost .. ':' .. (minute - period * PERIOD)) == 0 then return end
   -- Every key of a table expires at its end: set when the table's first bucket is written.
   if tb.new then
