@@ -14,10 +14,10 @@
 local ids = id_tables()
 local installed = {}
 for i, s in ipairs(A.states) do
-  installed[i] = not redis.call('HGET', s.key, 'from')
+  installed[i] = redis.call('HEXISTS', s.key, 'n') == 0
   if installed[i] then
     local base = string.sub(s.key, 1, -3)
-    local st = { s = s.key, w = base .. ':w', total = 0, calls = 0, from = DAY_FROM, cm = 0, cc = 0, cn = 0, tallies = {} }
+    local st = { s = s.key, w = base .. ':w', total = 0, calls = 0, from = DAY_FROM, cm = 0, cc = 0, cn = 0, pv = s.pv, tallies = {} }
     -- Leftovers of a partly expired state (and its holds, which counted in the state lost)
     -- must not add to what is loaded. The tallies start from the buckets when first read.
     redis.call('DEL', st.s, st.w, base .. ':hz', base .. ':h')
@@ -30,8 +30,8 @@ for i, s in ipairs(A.states) do
       local h = h32(fp)
       if seen[2] >= DAY_FROM and not seen_cost(ids, fp, h) then remember(ids, fp, h, fmt(seen[1]), seen[2]) end
     end
-    redis.call('HSET', st.s, 'from', DAY_FROM, 'total', st.total, 'calls', st.calls, 'cm', st.cm, 'cc', st.cc, 'cn', st.cn)
-    if s.pv > 0 then redis.call('HSET', st.s, 'pv', fmt(s.pv), 'policy', s.policy, 'shown', s.shown) end
+    redis.call('HSET', st.s, 'n', pack_numbers(st))
+    if s.pv > 0 then redis.call('HSET', st.s, 'policy', s.policy, 'shown', s.shown) end
     local pause, ignored = pause_text(s.pause), s.ignored and ignored_text(s.ignored)
     if pause then redis.call('HSET', st.s, 'pause', pause) end
     if ignored then redis.call('HSET', st.s, 'ign', ignored) end

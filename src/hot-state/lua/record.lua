@@ -27,10 +27,25 @@ local function exhausts(st)
   return nil
 end
 
+-- What counting an event (`c`, rules.lua count_event) changed in a state, journaled and
+-- added to the event's answer `out` (its transitions and alerts lists, made when needed).
+local function changes(out, st, scope, c, before)
+  if c.relaxed or c.crossed then
+    out.transitions = out.transitions or {}
+    if c.relaxed then out.transitions[#out.transitions + 1] = transition(st, scope, c.relaxed, before) end
+    if c.crossed then out.transitions[#out.transitions + 1] = transition(st, scope, c.crossed, st.total) end
+  end
+  if #c.fired > 0 then
+    out.alerts = out.alerts or {}
+    for _, f in ipairs(c.fired) do out.alerts[#out.alerts + 1] = alert(st, scope, st.meters, f) end
+  end
+end
+
 -- One event's answer, once charged; `agent`, `fleet`: its states.
 local function answer(e, agent, fleet)
   local h = h32(e.fp)
   local seen = seen_cost(ids, e.fp, h)
+  local cost = fmt(e.cost)
   if seen then
     -- A retry, or an event that a load from ClickHouse already counted: nothing changes.
     return { counted = false, cost = seen, total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason, exhausts = exhausts(agent) }
@@ -42,27 +57,21 @@ local function answer(e, agent, fleet)
     if not open_hold(agent, e.hold) and open_hold(fleet, e.hold) then return { error = 'HOLD_OF_ANOTHER_AGENT' } end
     if take_hold(agent, e.hold) then take_hold(fleet, e.hold) end
   end
-  remember(ids, e.fp, h, fmt(e.cost), e.minute)
+  remember(ids, e.fp, h, cost, e.minute)
   journal('events', ARGV[e.row])
   judge(agent, agent.meters)
   judge(fleet, fleet.meters)
-  local before = { agent = agent.total, fleet = fleet.total }
-  local step = step_event(agent, fleet, { agent = agent.meters, fleet = fleet.meters }, { cost = e.cost, llm_call = e.llm_call, grace = A.grace })
+  local agent_before, fleet_before = agent.total, fleet.total
+  local step = step_event(agent, fleet, agent.meters, fleet.meters, e.cost, e.llm_call, A.grace)
   local calls = e.llm_call and 1 or 0
   add(agent, e.minute, e.cost, calls)
   add(fleet, e.minute, e.cost, calls)
   agent.ign = step.ignored
-  local transitions, fired = {}, {}
+  local out = { counted = true, cost = cost, total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason, exhausts = exhausts(agent) }
   -- The agent's, then its fleet's: a relaxing change at the total before the event, the
   -- pause at the total after it, then the alerts.
-  for _, x in ipairs({ { agent, 'agent', step.agent }, { fleet, 'fleet', step.fleet } }) do
-    local st, scope, c = x[1], x[2], x[3]
-    if c.relaxed then transitions[#transitions + 1] = transition(st, scope, c.relaxed, before[scope]) end
-    if c.crossed then transitions[#transitions + 1] = transition(st, scope, c.crossed, st.total) end
-    for _, f in ipairs(c.fired) do fired[#fired + 1] = alert(st, scope, st.meters, f) end
-  end
-  local out = { counted = true, cost = fmt(e.cost), total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason,
-    exhausts = exhausts(agent), transitions = transitions, alerts = fired }
+  changes(out, agent, 'agent', step.agent, agent_before)
+  changes(out, fleet, 'fleet', step.fleet, fleet_before)
   if step.raised then
     local g = step.ignored
     local version = next_version(agent)
@@ -70,12 +79,7 @@ local function answer(e, agent, fleet)
       ',"paused_at_ms":' .. fmt(g.since) .. ',"calls":' .. fmt(g.calls) .. ',"cost_nano":' .. fmt(g.nano) .. '}')
     out.ignored = { since = fmt(g.since), calls = fmt(g.calls), nano = fmt(g.nano), version = fmt(version) }
   end
-  for _, f in ipairs(fired) do
-    if f.scope == 'fleet' then
-      out.fleet_exhausts = exhausts(fleet)
-      break
-    end
-  end
+  if #step.fleet.fired > 0 then out.fleet_exhausts = exhausts(fleet) end
   -- The index scores an agent by its newest minute: only a new bucket can raise it.
   if agent.pushed then
     redis.call('ZADD', fleet.index, 'GT', e.minute, agent.agent)

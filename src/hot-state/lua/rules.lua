@@ -59,8 +59,10 @@ end
 -- policy.ts alerts(): {meter (0-based), level (0-based index into its alert_at)} of the
 -- levels fired, lowest first per meter. Indices, not the levels' values: cjson writes
 -- numbers with 14 significant digits, and the caller has the values.
+local NONE_FIRED = {}
+
 local function alerts(st, meters, may_fire)
-  local fired = {}
+  local fired = NONE_FIRED
   for i, m in ipairs(meters) do
     local bits = st.alerted[m.id] or 0
     if #m.alert_at > 0 and not (bits == 0 and st.spent[i] < m.alert_at[1] * m.limit) then
@@ -70,6 +72,7 @@ local function alerts(st, meters, may_fire)
         if st.spent[i] >= level * m.limit then
           if may_fire and not set then
             bits = bits + bit
+            if fired == NONE_FIRED then fired = {} end
             fired[#fired + 1] = { meter = i - 1, level = j - 1 }
           end
         elseif set then
@@ -110,16 +113,17 @@ local function count_ignored(ign, since, cost, grace)
   return { since = since, calls = base.calls + 1, nano = base.nano + cost, flagged = true }, not base.flagged
 end
 
--- policy.ts stepEvent(): `e` {cost, llm_call, grace}; the agent's ignored counts are agent.ign.
-local function step_event(agent, fleet, meters, e)
+-- policy.ts stepEvent(), its arguments positional (an event's are many, and tables cost);
+-- the agent's ignored counts are agent.ign.
+local function step_event(agent, fleet, agent_meters, fleet_meters, cost, llm_call, grace)
   local ignored, raised = agent.ign, false
-  if e.llm_call then
+  if llm_call then
     local holding = holding_pause(agent, fleet)
     local since = 0
     if holding then since = holding.since end
-    ignored, raised = count_ignored(agent.ign, since, e.cost, e.grace)
+    ignored, raised = count_ignored(agent.ign, since, cost, grace)
   end
-  return { ignored = ignored, raised = raised, agent = count_event(agent, meters.agent, e.cost), fleet = count_event(fleet, meters.fleet, e.cost) }
+  return { ignored = ignored, raised = raised, agent = count_event(agent, agent_meters, cost), fleet = count_event(fleet, fleet_meters, cost) }
 end
 
 -- policy.ts wouldGoOver()
