@@ -248,7 +248,8 @@ describe('redis hot state: keys', () => {
     const hs = hot({ prefix: p, loader: countingLoader() })
     await hs.setPolicy(ref, DEFAULT_POLICY, T0, 'key-1')
     await hs.record(ev(1), T0)
-    await hs.record(ev(2), T0)
+    // A second minute: the first one's bucket goes to :w.
+    await hs.record(ev(2, { at: T0 + MINUTE_MS }), T0 + MINUTE_MS)
     const keys = [...(await keysOf(p)), ...(await server.redis.keys(`${p}{p*}:u:*`)), ...(await server.redis.keys(`${p}{p*}:ids*`))]
     expect(keys.length).toBe(7) // :s and :w of the agent and of its fleet, the user's index, the id tables' meta and one bucket
     for (const key of keys) {
