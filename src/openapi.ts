@@ -2,13 +2,14 @@ import { readFileSync } from 'node:fs'
 import { z } from 'zod'
 import { PROBLEMS, type ProblemCode } from './errors.ts'
 import { configBody, fleetConfigBody, fleetPauseBody, pauseBody } from './schemas/config.ts'
-import { eventBody } from './schemas/event.ts'
+import { batchBodyDoc, eventBody } from './schemas/event.ts'
 import { holdBody, holdParams } from './schemas/hold.ts'
 import { agentParams, agentQuery, auditQuery, eventsQuery, hourlyQuery } from './schemas/query.ts'
 import {
   agentReply,
   agentsReply,
   auditReply,
+  batchReply,
   eventReply,
   eventsReply,
   fleetPauseReply,
@@ -72,6 +73,17 @@ export const ROUTES: readonly RouteDoc[] = [
     body: eventBody,
     reply: eventReply,
     errors: [...BODY, 'hold_not_found', 'journal_full'],
+  },
+  {
+    method: 'post',
+    path: '/events/batch',
+    summary:
+      'Report up to 1,000 events (a body of at most 4 MiB): each answered in its place as POST /events answers it, or with its own problem while the others are stored; each valid event counts one against the key\'s budget of events',
+    tag: 'ingest',
+    auth: true,
+    body: batchBodyDoc,
+    reply: batchReply,
+    errors: [...BODY, 'journal_full'],
   },
   {
     method: 'post',

@@ -99,6 +99,8 @@ describe('the OpenAPI document', () => {
       ['POST', '/events', '/events', llmCall('a', { hold_id: othersHold })],
       ['POST', '/events', '/events', { agent_id: 'a', event_type: 'llm_call' }],
       ['POST', '/events', '/events', llmCall('a'), null],
+      ['POST', '/events/batch', '/events/batch', { events: [llmCall('a'), { agent_id: 'a', event_type: 'llm_call' }, llmCall('a', { hold_id: othersHold })] }],
+      ['POST', '/events/batch', '/events/batch', { events: [] }],
       ['POST', '/holds', '/holds', { agent_id: 'a', model: 'gpt-4o', input_tokens: 10, max_output_tokens: 10 }],
       ['POST', '/holds', '/holds', { agent_id: 'a', model: 'gpt-4o', input_tokens: 10, max_output_tokens: 1e9 }],
       ['POST', '/holds', '/holds', { agent_id: 'a', model: 'gpt-4o', ttl_seconds: 0 }],

@@ -81,3 +81,22 @@ export const eventBody = z
   })
 
 export type EventBody = z.output<typeof eventBody>
+
+/** The events POST /events/batch takes at most, and its body's limit: a thousand events of a few hundred bytes each fit, with room. */
+export const MAX_BATCH_EVENTS = 1000
+export const MAX_BATCH_BYTES = 4 * 1024 * 1024
+
+/**
+ * The body of POST /events/batch: the events, each as POST /events takes it. Each event is
+ * checked on its own (a bad one is answered in its place, the others are stored): only the
+ * list itself is checked here.
+ */
+export const batchBody = z.strictObject({
+  events: z
+    .array(z.unknown(), { error: 'must be an array of events' })
+    .min(1, 'must hold at least one event')
+    .max(MAX_BATCH_EVENTS, `must hold at most ${MAX_BATCH_EVENTS} events`),
+})
+
+/** batchBody as OpenAPI documents it: a list of events. */
+export const batchBodyDoc = z.strictObject({ events: z.array(eventBody).min(1).max(MAX_BATCH_EVENTS) })

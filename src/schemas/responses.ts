@@ -36,6 +36,23 @@ export const eventReply = z.strictObject({
   duplicate: z.literal(true).optional().describe('a repeat of an event id already counted: nothing changed'),
 })
 
+/** An event of POST /events/batch refused in its place: its index and its problem. */
+export const batchProblem = z.strictObject({
+  ok: z.literal(false),
+  index: z.number().int().describe("the event's place in the request, from 0"),
+  type: z.string(),
+  title: z.string(),
+  status: z.number().int().describe('400: the event is invalid (errors name events.<index>.<field>); 404: another agent\'s hold; 429: past the key\'s budget of events'),
+  code: z.string(),
+  detail: z.string(),
+  errors: z.array(z.strictObject({ field: z.string(), message: z.string() })).optional(),
+})
+
+export const batchReply = z.strictObject({
+  ok: z.literal(true),
+  results: z.array(z.union([eventReply, batchProblem])).describe("one per event, in the request's order"),
+})
+
 export const holdReply = z.strictObject({
   ok: z.literal(true),
   allowed: z.boolean(),
