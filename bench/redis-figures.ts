@@ -11,7 +11,7 @@ import { createHash } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import type { Redis } from 'ioredis'
-import { RedisHotState } from '../src/hot-state/redis.ts'
+import { LIBRARY } from '../src/hot-state/scripts.ts'
 import { RedisJournal } from '../src/journal/redis-streams.ts'
 import { cpuSeconds } from './processes.ts'
 import type { TracedQuery } from './trace-clickhouse.ts'
@@ -81,10 +81,11 @@ interface DefinedScript {
 }
 
 /**
- * The Lua scripts burnrate and its rate limiter define, by SHA1: ioredis runs a
+ * The Lua scripts burnrate's journal and its rate limiter define, by SHA1: ioredis runs a
  * defineCommand'ed script by EVALSHA of its text's SHA1. Each owner is built on a stand-in
  * client that only records what it is asked to define, so the names and texts are the
  * code's own, whatever it defines today. A script none of them defines shows as its SHA.
+ * (The hot state's scripts are functions of a library, FCALLed by name.)
  */
 export function definedScripts(): Map<string, DefinedScript> {
   const scripts = new Map<string, DefinedScript>()
@@ -92,8 +93,7 @@ export function definedScripts(): Map<string, DefinedScript> {
     defineCommand: (name: string, d: { lua: string }) => scripts.set(createHash('sha1').update(d.lua).digest('hex'), { name: `${owner}${name}`, lua: d.lua }),
   })
   try {
-    const journal = new RedisJournal({ redis: recorder('') as never, instance: 'names', partitions: 1, maxRows: 1 })
-    new RedisHotState({ redis: recorder('') as never, journal, loader: () => Promise.reject(new Error('unused')), userAgents: async () => [] })
+    new RedisJournal({ redis: recorder('') as never, instance: 'names', partitions: 1, maxRows: 1 })
   } catch {
     // Named by SHA, then.
   }
@@ -185,7 +185,12 @@ export async function sampleScripts<T>(client: Redis, entries: number, pass: () 
     if (command === 'slowlog' || command === 'config') continue
     const script = SCRIPT_COMMANDS.has(command)
     const sha = String(argv[1])
-    const name = command === 'evalsha' || command === 'evalsha_ro' ? (scripts.get(sha)?.name ?? `script ${sha.slice(0, 12)}`) : command
+    const name =
+      command === 'evalsha' || command === 'evalsha_ro'
+        ? (scripts.get(sha)?.name ?? `script ${sha.slice(0, 12)}`)
+        : command === 'fcall' || command === 'fcall_ro'
+          ? `hot state ${sha.replace(`${LIBRARY.name}_`, '')}` // the function's name: the hot state's library
+          : command
     const s = by.get(name) ?? { name, script, calls: 0, commands: {} }
     s.calls++
     if (script) for (const c of called) s.commands[c] = (s.commands[c] ?? 0) + 1

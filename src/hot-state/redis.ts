@@ -11,7 +11,7 @@ import { minuteOf } from '../window.ts'
 import { holdOfAnotherAgent } from './holds.ts'
 import { budgetMeter, metersOf, pauseReasonOf, resolveMeters, type ResolvedMeter } from './meters.ts'
 import { holdRoom, levelsReached, pausedBy, type Judged } from './policy.ts'
-import { isControl, isControlReply, parseReply, queueScript, defineScripts, type Control, type LuaMeter, type ScriptName, type ScriptResult, type RateReply, type RecordedReply, type StateArgs, type TransitionReply } from './scripts.ts'
+import { isControl, isControlReply, isMissingLibrary, loadLibrary, parseReply, queueScript, type Control, type LuaMeter, type ScriptName, type ScriptResult, type RateReply, type RecordedReply, type StateArgs, type TransitionReply } from './scripts.ts'
 import {
   DEFAULT_IGNORE_GRACE_MS,
   RUNNING,
@@ -135,6 +135,8 @@ export class RedisHotState implements HotState {
   readonly #policies = new LRUCache<string, KnownPolicy>({ max: 100_000 })
   // Per partition, the events waiting for its next record call (group commit).
   readonly #groups = new Map<number, Group>()
+  // The library's load in flight, which the calls that found it missing wait for together.
+  #libraryLoad: Promise<void> | null = null
 
   constructor(opts: RedisHotStateOptions) {
     const prefix = opts.prefix ?? 'br:'
@@ -147,7 +149,6 @@ export class RedisHotState implements HotState {
     this.#userAgents = opts.userAgents
     this.#graceMs = opts.graceMs ?? DEFAULT_IGNORE_GRACE_MS
     this.#replicaWait = opts.replicaWait ?? NO_REPLICA_WAIT
-    defineScripts(opts.redis)
   }
 
   /**
@@ -434,7 +435,7 @@ export class RedisHotState implements HotState {
       const states = refs.map((ref) => this.#callState(ref, now)) as unknown as CallStates<R>
       const call = build(states)
       // The script is issued on the client, or on a pipeline whose WAIT follows it (durably).
-      const raw = await unavailableOnError(() => durably(this.#redis, wait, (c) => queueScript(c, name, call.keys, call.args, call.rest), (r) => !isControl(r)))
+      const raw = await this.#call(() => durably(this.#redis, wait, (c) => queueScript(c, name, call.keys, call.args, call.rest), (r) => !isControl(r)))
       const reply = parseReply(name, raw)
       if (!isControlReply(reply)) return { result: reply, states }
       await this.#settle(reply, states, instance, now)
@@ -468,7 +469,25 @@ export class RedisHotState implements HotState {
 
   /** A script that needs no state's policy, run once: its control answer (NEEDS_LOAD) is the caller's. */
   async #once1<N extends ScriptName>(name: N, keys: Parameters<typeof queueScript<N>>[2], args: object, rest?: readonly string[]): Promise<Control | ScriptResult<N>> {
-    return parseReply(name, await unavailableOnError(() => queueScript(this.#redis, name, keys, args, rest) as Promise<unknown>))
+    return parseReply(name, await this.#call(() => queueScript(this.#redis, name, keys, args, rest) as Promise<unknown>))
+  }
+
+  /**
+   * A script's call to Redis. A Redis without the library (new, restarted, or a master that
+   * joined a cluster) has it loaded, and the call is made again: the call that found it
+   * missing did nothing.
+   */
+  async #call(send: () => Promise<unknown>): Promise<unknown> {
+    return unavailableOnError(async () => {
+      try {
+        return await send()
+      } catch (err) {
+        if (!isMissingLibrary(err)) throw err
+        this.#libraryLoad ??= loadLibrary(this.#redis).finally(() => (this.#libraryLoad = null))
+        await this.#libraryLoad
+        return send()
+      }
+    })
   }
 
   /** A state as a call sees it now: its policy as known here, and the meters resolved from it. */

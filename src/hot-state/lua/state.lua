@@ -1,12 +1,12 @@
 -- What every hot-state script shares: how a state is kept in Redis, read and written, its
--- window, its budget holds, the event ids, and the journal. scripts.ts prepends this file
--- and rules.lua to every hot-state script (Redis 7 scripts cannot share functions otherwise),
--- after a prelude it writes from the script's description: K, the script's keys by name,
--- and A, its arguments (ARGV[1], JSON) by name; ARGV[2..] are the script's own. Every key
--- carries the hash tag of the user's partition {p<n>} (storage/redis-keys.ts): one Redis
--- Cluster slot per script. Money is integer nano-USD: exact in Lua doubles up to 2^53,
--- written as text with '%d' (a 64-bit integer in Redis's Lua), and sent back as text
--- (cjson writes numbers with 14 significant digits).
+-- window, its budget holds, the event ids, and the journal. scripts.ts loads this file,
+-- rules.lua and the scripts as one Redis function library: what the library defines at its
+-- top level is made once, when it is loaded, and each script is a function of it, which
+-- begins by naming its call's keys and arguments (begin()). Every key carries the hash tag
+-- of the user's partition {p<n>} (storage/redis-keys.ts): one Redis Cluster slot per call.
+-- Money is integer nano-USD: exact in Lua doubles up to 2^53, written as text with '%d' (a
+-- 64-bit integer in Redis's Lua), and sent back as text (cjson writes numbers with 14
+-- significant digits).
 --
 -- A state (an agent's, or its fleet's: the agent '' of its user, types.ts FLEET) is four
 -- keys named from its base <prefix>{p<n>}:hs:<32 hex of (user, agent)>:
@@ -31,12 +31,25 @@
 local MINUTE_MS = 60000
 local HOUR_MS = 3600000
 local WINDOW = 1440 -- minutes (src/window.ts)
-local NOW, TTL = A.now, A.ttl
-local NOW_MINUTE = math.floor(NOW / MINUTE_MS)
--- The first minute of the window of 24 h that ends now (window.ts inWindow).
-local DAY_FROM = NOW_MINUTE - WINDOW + 1
 -- The tally the projection reads: the last 60 minutes (projection.ts LAST_HOUR_MINUTES).
 local LAST_HOUR = 60
+
+-- The call at hand. Redis runs a library's functions one at a time, and each starts with
+-- begin(), which sets every value below afresh, so nothing of one call is left to the
+-- next: K, the call's keys by name; A, its arguments (ARGV[1], JSON) by name (ARGV[2..]
+-- are the script's own); NOW (ms) and TTL (ms) from A; NOW_MINUTE; DAY_FROM, the first
+-- minute of the window of 24 h that ends now (window.ts inWindow); and what charge() and
+-- layout_of() gather during the call.
+local K, A, NOW, TTL, NOW_MINUTE, DAY_FROM
+local budgets, layouts
+
+local function begin(keys, argv)
+  K, A = keys, cjson.decode(argv[1])
+  NOW, TTL = A.now, A.ttl
+  NOW_MINUTE = math.floor(NOW / MINUTE_MS)
+  DAY_FROM = NOW_MINUTE - WINDOW + 1
+  budgets, layouts = {}, {}
+end
 
 local function fmt(x)
   return string.format('%d', x)
@@ -195,8 +208,7 @@ local function pack_numbers(st)
 end
 
 -- What read_state() reads of a state with `meters`: its fields and its tallies' windows;
--- one per list of meters and call.
-local layouts = {}
+-- one per list of meters and call (kept in `layouts`).
 local function layout_of(meters)
   local l = layouts[meters]
   if l then return l end
@@ -629,9 +641,8 @@ end
 -- API keys' budgets of events (types.ts RateCharge), kept as memory.ts #charge keeps them:
 -- a window starts with its first charge and ends `window` ms later. A budget is a string key
 -- 'count ends' (ends: epoch ms), in the user's slot; its TTL only collects it. The charges of
--- one call are counted here and written once, at its end (save_budgets): a call that stops
--- with a control answer has charged nothing.
-local budgets = {}
+-- one call are counted in `budgets` and written once, at its end (save_budgets): a call that
+-- stops with a control answer has charged nothing.
 
 -- Counts a charge ({key, max, window}) and answers its budget: {max, current, ttl (ms)}.
 local function charge(rate)
