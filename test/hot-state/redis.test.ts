@@ -118,11 +118,15 @@ describe('redis hot state: load on demand', () => {
     expect((await hs.get(ref, T0)).snapshot.policy.thresholdNano).toBe(2 ** 53 - 1)
   })
 
-  it('survives a SCRIPT FLUSH (EVALSHA falls back to EVAL)', async () => {
+  it('loads its function library again when Redis lost it (FUNCTION FLUSH): the events of the call that found it missing count once', async () => {
     const hs = hot({ prefix: prefix(), loader: countingLoader() })
     await hs.record(ev(1), T0)
-    await server.redis.script('FLUSH')
-    expect((await hs.record(ev(2), T0)).totalNano).toBe(3)
+    await server.redis.function('FLUSH')
+    // The next call (these three events together) finds it missing, loads it and is made again.
+    const answers = await Promise.all([ev(2), ev(4), ev(8)].map((e) => hs.record(e, T0)))
+    expect(answers.map((a) => a.counted)).toEqual([true, true, true])
+    expect((await hs.get(ref, T0)).snapshot.totalNano).toBe(15)
+    expect(((await server.redis.function('LIST')) as unknown[]).length).toBe(1)
   })
 })
 
