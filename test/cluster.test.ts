@@ -4,6 +4,7 @@ import { loadConfig } from '../src/config.ts'
 import { agentKeyId, partitionOf, partitionTag } from '../src/storage/redis-keys.ts'
 import { LLM_CALL_USD, eventually, llmCall, startHarness, startTwoInstances, unique, type Harness } from './helpers/harness.ts'
 import { startRedisCluster, type RedisCluster } from './helpers/redis-cluster.ts'
+import { packedState } from './helpers/redis.ts'
 import type { Receiver } from './helpers/receiver.ts'
 
 /**
@@ -99,14 +100,13 @@ describe('two instances, one Redis Cluster', () => {
 })
 
 describe('REDIS_WAIT_REPLICAS', () => {
-  /** The llm calls in the agent's window as the replica of its slot's master holds them (READONLY): the third of the doubles packed in its state's field n (lua/state.lua). */
-  async function callsOnReplica(userId: string, agentId: string): Promise<number | null> {
+  /** The llm calls in the agent's window as the replica of its slot's master holds them (READONLY). */
+  async function callsOnReplica(userId: string, agentId: string): Promise<number | undefined> {
     const key = `br:${partitionTag(partitionOf(userId, 16))}:hs:${agentKeyId(userId, agentId)}:s`
     const [replica] = (await cluster.servedBy(await cluster.slotOf(key))).replicas
     const node = cluster.nodes.find((n) => n.port === replica)!
     await node.redis.call('READONLY')
-    const packed = await node.redis.hgetBuffer(key, 'n')
-    return packed ? packed.readDoubleLE(16) : null
+    return (await packedState(node.redis, key))?.calls
   }
 
   it('answers a write only once a replica holds it: every acknowledged event is on the replica at once', async () => {

@@ -577,12 +577,10 @@ export class RedisHotState implements HotState {
       const minutes = [...load.minutes].sort((x, y) => x.minute - y.minute)
       // The levels the loaded spend is at count as fired: they were, with the events that
       // crossed them, or their level came with a config since.
-      const alerted: Record<string, number> = {}
-      for (const m of resolveMeters(metersOf(policy), now)) {
-        if (m.alertAt.length === 0) continue
-        const spent = minutes.reduce((sum, b) => (b.minute >= m.from ? sum + b.costNano : sum), 0)
-        alerted[m.id] = levelsReached(m, spent)
-      }
+      // Per meter of the policy, in order (lua/state.lua keeps them so).
+      const alerted = resolveMeters(metersOf(policy), now).map((m) =>
+        m.alertAt.length === 0 ? 0 : levelsReached(m, minutes.reduce((sum, b) => (b.minute >= m.from ? sum + b.costNano : sum), 0)),
+      )
       const pause = load.pause ?? RUNNING
       // Fingerprints as ARGV: a busy agent's seen ids can be many.
       const first = fingerprints.length + 2

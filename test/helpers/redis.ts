@@ -116,3 +116,13 @@ export function deploymentModes(): { modes: Array<[string, () => Promise<Record<
     },
   }
 }
+
+/**
+ * A few numbers of a hot state as Redis holds them, from the doubles packed at the start of
+ * its field n (src/hot-state/lua/state.lua pack_state): its llm calls in the window, the sum
+ * of its open holds, and its flags (8: it has open holds). Null when it is not loaded.
+ */
+export async function packedState(redis: Redis, key: string): Promise<{ calls: number; held: number; flags: number } | null> {
+  const n = await redis.hgetBuffer(key, 'n')
+  return n ? { calls: n.readDoubleLE(16), held: n.readDoubleLE(56), flags: n.readDoubleLE(64) } : null
+}

@@ -12,7 +12,7 @@ import { JournalFullError, type JournalSource, type JournalTable } from '../../s
 import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
 import { agentKeyId } from '../../src/storage/redis-keys.ts'
 import { MINUTE_MS } from '../../src/window.ts'
-import { startRedis } from '../helpers/redis.ts'
+import { packedState, startRedis } from '../helpers/redis.ts'
 import { startRedisCluster } from '../helpers/redis-cluster.ts'
 
 // One redis-server and one Redis Cluster for this file, started by the first case of each;
@@ -754,17 +754,17 @@ describe('redis hot state: budget holds', () => {
     await redis.del(hz!, hz!.replace(/:hz$/, ':h'))
     expect((await hs.get(ref, T0)).snapshot.heldNano).toBe(0)
     const [state] = await redis.keys(`${prefix}*:hs:${agentKeyId('u', 'a')}:s`)
-    expect(await redis.hget(state!, 'held')).toBeNull()
+    expect(await packedState(redis, state!)).toMatchObject({ held: 0, flags: 0 })
   })
 
   it('a state loaded again starts without the holds of the one lost, and never counts their expiry against the new ones', async () => {
     const { redis, prefix, hs } = await redisState()
     await hs.hold(ref, hold('old', 3 * USD), T0)
     expect((await hs.get(ref, T0)).snapshot.heldNano).toBe(3 * USD)
-    // The agent's state is lost (its :a expired or was flushed); its hold keys are still there.
+    // The agent's state is lost (its :s expired or was flushed); its hold keys are still there.
     const [agentState, ...others] = await redis.keys(`${prefix}*:hs:${agentKeyId('u', 'a')}:s`)
     expect(others).toEqual([])
-    expect(await redis.hget(agentState!, 'held')).toBe(String(3 * USD))
+    expect(await packedState(redis, agentState!)).toMatchObject({ held: 3 * USD, flags: 8 })
     await redis.del(agentState!)
     expect((await hs.get(ref, T0)).snapshot.heldNano).toBe(0)
     // A new hold counts alone; the old one's expiry takes nothing from it.

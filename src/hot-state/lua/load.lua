@@ -7,8 +7,8 @@
 --   seen [[cost, minute]], fps (the ARGV index of the fingerprint of seen[1]; the others
 --   follow), pv, policy (JSON, absent: the default), shown (absent: none), pause {paused,
 --   reason ('' while running), override, since}, ignored {since, calls, nano, flagged}
---   (absent: none), alerted {[meter id] = bits} (the levels the loaded spend is at, which
---   count as fired)}]
+--   (absent: none), alerted [bits…] (per meter of its policy, in order: the levels the
+--   loaded spend is at, which count as fired)}]
 -- ARGV[2..] the fingerprints of the states' seen ids
 -- Returns {installed = [bool…]}, false for a state that was loaded already.
 local ids = id_tables()
@@ -17,7 +17,10 @@ for i, s in ipairs(A.states) do
   installed[i] = redis.call('HEXISTS', s.key, 'n') == 0
   if installed[i] then
     local base = string.sub(s.key, 1, -3)
-    local st = { s = s.key, w = base .. ':w', total = 0, calls = 0, from = DAY_FROM, cm = 0, cc = 0, cn = 0, pv = s.pv, tallies = {} }
+    local pause = NOT_PAUSED
+    if s.pause.paused or s.pause.override then pause = s.pause end
+    local st = { s = s.key, w = base .. ':w', raw = false, from = DAY_FROM, total = 0, calls = 0, cm = 0, cc = 0, cn = 0, pv = s.pv,
+      held = 0, holds = false, pause = pause, ign = s.ignored or NO_IGNORED, alerted = s.alerted, tallies = {} }
     -- Leftovers of a partly expired state (and its holds, which counted in the state lost)
     -- must not add to what is loaded. The tallies start from the buckets when first read.
     redis.call('DEL', st.s, st.w, base .. ':hz', base .. ':h')
@@ -30,14 +33,8 @@ for i, s in ipairs(A.states) do
       local h = h32(fp)
       if seen[2] >= DAY_FROM and not seen_cost(ids, fp, h) then remember(ids, fp, h, fmt(seen[1]), seen[2]) end
     end
-    redis.call('HSET', st.s, 'n', pack_numbers(st))
+    save_state(st)
     if s.pv > 0 then redis.call('HSET', st.s, 'policy', s.policy, 'shown', s.shown) end
-    local pause, ignored = pause_text(s.pause), s.ignored and ignored_text(s.ignored)
-    if pause then redis.call('HSET', st.s, 'pause', pause) end
-    if ignored then redis.call('HSET', st.s, 'ign', ignored) end
-    for id, bits in pairs(s.alerted) do
-      if bits > 0 then redis.call('HSET', st.s, 'al:' .. id, bits) end
-    end
     touch(st)
   end
 end

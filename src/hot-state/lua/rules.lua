@@ -1,8 +1,8 @@
 -- The budget rules of policy.ts, function for function and branch for branch (read that file
 -- for what each rule means). A state here is the table state.lua's read_state() makes, with
 -- `spent` set by judge(): st.pause {paused, reason ('' while running), override, since},
--- st.spent (what each meter's window holds, in the meters' order), st.held, st.alerted (per
--- meter id, its bits). Meters are the resolved meters TypeScript sent (meters.ts): {id,
+-- st.spent (what each meter's window holds, in the meters' order), st.held, st.alerted (each
+-- meter's bits, in the meters' order: policy.ts keeps them by meter id). Meters are the resolved meters TypeScript sent (meters.ts): {id,
 -- limit, from, auto_resume, alert_at, holds}. A change is {reason, meter (0-based index, -1
 -- for none), pause (the state it made)}, as in policy.ts.
 
@@ -64,7 +64,7 @@ local NONE_FIRED = {}
 local function alerts(st, meters, may_fire)
   local fired = NONE_FIRED
   for i, m in ipairs(meters) do
-    local bits = st.alerted[m.id] or 0
+    local bits = st.alerted[i]
     if #m.alert_at > 0 and not (bits == 0 and st.spent[i] < m.alert_at[1] * m.limit) then
       for j, level in ipairs(m.alert_at) do
         local bit = 2 ^ (j - 1)
@@ -79,7 +79,7 @@ local function alerts(st, meters, may_fire)
           bits = bits - bit
         end
       end
-      st.alerted[m.id] = bits
+      st.alerted[i] = bits
     end
   end
   return fired
@@ -183,9 +183,10 @@ end
 -- policy.ts changePolicy()
 local function change_policy(st, before, after)
   local alerted = {}
-  for _, m in ipairs(after) do
-    for _, old in ipairs(before) do
-      if old.id == m.id and #old.alert_at > 0 and #m.alert_at > 0 then alerted[m.id] = carry_alerts(st.alerted[m.id] or 0, old.alert_at, m.alert_at) end
+  for j, m in ipairs(after) do
+    alerted[j] = 0
+    for i, old in ipairs(before) do
+      if old.id == m.id and #old.alert_at > 0 and #m.alert_at > 0 then alerted[j] = carry_alerts(st.alerted[i], old.alert_at, m.alert_at) end
     end
   end
   st.alerted = alerted

@@ -16,19 +16,14 @@ local replaced = redis.call('HGET', st.s, 'shown') or ''
 local change = change_policy(st, st.meters, A.new_meters)
 -- Versions only grow, whatever the callers' clocks do: every instance's cache tells them apart.
 st.pv = math.max(A.version, st.pv + 1)
-st.dirty = true
 redis.call('HSET', st.s, 'policy', A.policy, 'shown', A.shown)
--- Alert bits of meters the new policy no longer has go, and so do the tallies of windows it
--- no longer has (a tally is kept only while a meter reads it: one taken up again restarts).
+-- The tallies of windows the new policy no longer has go (a tally is kept only while a meter
+-- reads it: one taken up again restarts); change_policy() carried the alert bits over.
 local kept = {}
 for _, w in ipairs(tallies_of(A.new_meters)) do kept[w.minutes] = true end
 for _, w in ipairs(st.windows) do
   if not kept[w.minutes] then st.tallies[w.minutes] = nil end
 end
-for _, m in ipairs(st.meters) do
-  if st.alerted[m.id] == nil and st.alerted_read[m.id] ~= 0 then redis.call('HDEL', st.s, 'al:' .. m.id) end
-end
-for id in pairs(st.alerted) do st.alerted_read[id] = st.alerted_read[id] or 0 end
 journal('agent_configs', string.sub(ARGV[2], 1, -2) .. ',"replaced":' .. cjson.encode(replaced) .. '}')
 local out = { pv = fmt(st.pv) }
 if change then out.transition = transition(st, 'agent', change, st.total, A.actor) end

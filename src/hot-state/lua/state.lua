@@ -10,22 +10,15 @@
 --
 -- A state (an agent's, or its fleet's: the agent '' of its user, types.ts FLEET) is four
 -- keys named from its base <prefix>{p<n>}:hs:<32 hex of (user, agent)>:
---   :s  hash: n, its numbers packed (read_state: present once installed by load.lua): from
---       (the first minute of its window of 24 h), total and calls (what that window holds),
---       cm, cc and cn (its newest bucket: minute, cost, llm calls, which events add to until
---       a newer minute starts), pv (its policy's version), and the tallies of shorter
---       windows (what the buckets from a minute on hold), kept for the projection's last hour
---       and each meter's; pause (absent while running without override, else 'paused override since reason');
---       policy (the config's JSON, absent: the default policy, whose meters TypeScript
---       resolves); shown (the config as the audit log shows it);
---       al:<meter id> (its alert bits, policy.ts alerts); ign (the ignoring-pause counts,
---       'since calls nano flagged', absent: none); held (the sum of the open holds, absent:
---       none); version (the counter that orders its transitions and alerts)
+--   :s  hash: n, everything an event reads and writes of it, packed (pack_state(); present
+--       once installed by load.lua); policy (the config's JSON, absent: the default policy,
+--       whose meters TypeScript resolves); shown (the config as the audit log shows it);
+--       version (the counter that orders its transitions and alerts)
 --   :w  hash of the buckets before the newest: c<minute> = cost, n<minute> = llm calls
 --       (absent: none), and h<hour> = the cost of those buckets of each UTC hour (the
 --       projection's)
 --   :hz, :h  its open budget holds (below)
--- An event costs its state one HMGET and one HSET of :s; a bucket is written to :w once,
+-- An event costs its state one HGET and one HSET of :s; a bucket is written to :w once,
 -- when a newer minute starts, and read and dropped once, when it leaves a window. Numbers
 -- passed to redis.call as numbers are written exactly up to 2^53 (Redis prints them in full).
 local MINUTE_MS = 60000
@@ -39,16 +32,16 @@ local LAST_HOUR = 60
 -- next: K, the call's keys by name; A, its arguments (ARGV[1], JSON) by name (ARGV[2..]
 -- are the script's own); NOW (ms) and TTL (ms) from A; NOW_MINUTE; DAY_FROM, the first
 -- minute of the window of 24 h that ends now (window.ts inWindow); and what charge() and
--- layout_of() gather during the call.
+-- windows_of() gather during the call.
 local K, A, NOW, TTL, NOW_MINUTE, DAY_FROM
-local budgets, layouts
+local budgets, windows
 
 local function begin(keys, argv)
   K, A = keys, cjson.decode(argv[1])
   NOW, TTL = A.now, A.ttl
   NOW_MINUTE = math.floor(NOW / MINUTE_MS)
   DAY_FROM = NOW_MINUTE - WINDOW + 1
-  budgets, layouts = {}, {}
+  budgets, windows = {}, {}
 end
 
 local function fmt(x)
@@ -59,32 +52,10 @@ local function hour_of(minute)
   return math.floor(minute / 60)
 end
 
--- A running state's pause, shared: the rules replace a state's pause, never change it.
+-- A running state's pause and ignoring-pause counts, shared: the rules replace a state's,
+-- never change them.
 local NOT_PAUSED = { paused = false, reason = '', override = false, since = 0 }
-
-local function parse_pause(v)
-  if not v then return NOT_PAUSED end
-  local paused, override, since, reason = string.match(v, '^(%d) (%d) (%d+) (.*)$')
-  return { paused = paused == '1', reason = reason, override = override == '1', since = tonumber(since) }
-end
-
-local function pause_text(p)
-  if not p.paused and not p.override then return false end
-  return (p.paused and '1' or '0') .. ' ' .. (p.override and '1' or '0') .. ' ' .. fmt(p.since) .. ' ' .. p.reason
-end
-
 local NO_IGNORED = { since = 0, calls = 0, nano = 0, flagged = false }
-
-local function parse_ignored(v)
-  if not v then return NO_IGNORED end
-  local since, calls, nano, flagged = string.match(v, '^(%d+) (%d+) (%d+) (%d)$')
-  return { since = tonumber(since), calls = tonumber(calls), nano = tonumber(nano), flagged = flagged == '1' }
-end
-
-local function ignored_text(g)
-  if g.since == 0 then return false end
-  return fmt(g.since) .. ' ' .. fmt(g.calls) .. ' ' .. fmt(g.nano) .. ' ' .. (g.flagged and '1' or '0')
-end
 
 -- The windows shorter than a day a state keeps a tally of for `meters`, each once, by its
 -- length in minutes, and the minute it starts at now (the meter's `from`): the last hour's
@@ -148,7 +119,6 @@ local function move_tally(st, minutes, from)
     end
     st.tallies[minutes] = { from = from, spent = spent }
   end
-  st.dirty = true
 end
 
 -- The day's window moved on: the buckets that left it are taken off its totals and dropped,
@@ -178,72 +148,89 @@ local function move_day(st)
     end
   end
   st.from = DAY_FROM
-  st.dirty = true
 end
 
--- A state's numbers, packed (struct) as doubles in its field `n`, in this order: from,
--- total, calls, cm, cc, cn, pv, then a triple for each tally: minutes, from, spent. One
--- field read and written whole: unpacking eight doubles costs less than reading one number
--- as text, and an event writes one field of its state instead of seven.
-local PACKED = 7
+-- A state's field `n`, packed (struct): thirteen doubles, from (the first minute of its
+-- window of 24 h), total and calls (what that window holds), cm, cc and cn (its newest
+-- bucket: minute, cost, llm calls, which events add to until a newer minute starts), pv (its
+-- policy's version), held (the sum of its open holds), flags (1: paused, 2: a manual
+-- override, 4: its ignoring-pause flag raised, 8: it has open holds), since (its pause's), and
+-- its ignoring-pause counts since, calls and nano; two bytes, M (its policy's meters) and T
+-- (its tallies); M doubles, each meter's alert bits (policy.ts alerts) in its policy's order;
+-- T triples of doubles, a tally of a window shorter than a day (its length in minutes, the
+-- minute it starts at, what it holds), kept for the projection's last hour and each meter's;
+-- and its pause's reason ('' while running). One field read and written whole: an HGET of it
+-- costs Redis half of an HMGET of the fields it replaces, most of them absent (each absent one
+-- a scan of the hash), and unpacking it less than parsing them from text.
+local FIXED = 13
 local formats = {}
 
-local function packed_format(tallies)
-  local f = formats[tallies]
+local function format_of(meters, tallies)
+  local key = meters * 256 + tallies
+  local f = formats[key]
   if not f then
-    f = '<' .. string.rep('d', PACKED + 3 * tallies)
-    formats[tallies] = f
+    f = '<' .. string.rep('d', FIXED) .. 'BB' .. string.rep('d', meters + 3 * tallies) .. 's'
+    formats[key] = f
   end
   return f
 end
 
--- The field `n` of a state.
-local function pack_numbers(st)
-  local values, k = { st.from, st.total, st.calls, st.cm, st.cc, st.cn, st.pv }, 0
-  for minutes, t in pairs(st.tallies) do
-    values[#values + 1], values[#values + 2], values[#values + 3] = minutes, t.from, t.spent
-    k = k + 1
+local function pack_state(st)
+  local p, g, alerted = st.pause, st.ign, st.alerted
+  local running = not p.paused and not p.override
+  local flags = (p.paused and 1 or 0) + (p.override and 2 or 0) + (g.flagged and 4 or 0) + (st.holds and 8 or 0)
+  local m = #alerted
+  local v = { st.from, st.total, st.calls, st.cm, st.cc, st.cn, st.pv, st.held, flags, running and 0 or p.since, g.since, g.calls, g.nano, m, 0 }
+  for i = 1, m do v[FIXED + 2 + i] = alerted[i] end
+  local t, k = 0, FIXED + 3 + m
+  for minutes, tally in pairs(st.tallies) do
+    v[k], v[k + 1], v[k + 2] = minutes, tally.from, tally.spent
+    t, k = t + 1, k + 3
   end
-  return struct.pack(packed_format(k), unpack(values))
+  v[FIXED + 2], v[k] = t, running and '' or p.reason
+  return struct.pack(format_of(m, t), unpack(v))
 end
 
--- What read_state() reads of a state with `meters`: its fields and its tallies' windows;
--- one per list of meters and call (kept in `layouts`).
-local function layout_of(meters)
-  local l = layouts[meters]
-  if l then return l end
-  local fields = { 'n', 'pause', 'held', 'ign' }
-  for _, m in ipairs(meters) do fields[#fields + 1] = 'al:' .. m.id end
-  l = { fields = fields, windows = tallies_of(meters) }
-  layouts[meters] = l
-  return l
-end
-
--- A state as the rules read it, with its key and the ids of its user and agent ('' for a
--- fleet); nil when it is not loaded (the caller answers NEEDS_LOAD).
--- Nothing is written: move_on() moves its windows on to now, once the caller goes on.
--- `meters` name the alert fields and the tallies to move on.
-local function read_state(key, meters, user, agent)
-  local l = layout_of(meters)
-  local v = redis.call('HMGET', key, unpack(l.fields))
-  if not v[1] then return nil end
-  local x = { struct.unpack(packed_format((#v[1] / 8 - PACKED) / 3), v[1]) }
-  local base = string.sub(key, 1, -3)
+-- A state, with its key and the ids of its user and agent ('' for a fleet; absent where no
+-- row is journaled); nil when it is not loaded (the caller answers NEEDS_LOAD). `raw` is its
+-- field `n` as read: save_state() writes it back only when it changed. Nothing is written
+-- here: move_on() moves its windows on to now, once the caller goes on.
+local function read_state(key, user, agent)
+  local raw = redis.call('HGET', key, 'n')
+  if not raw then return nil end
+  local m, t = struct.unpack('<BB', raw, FIXED * 8 + 1)
+  local x = { struct.unpack(format_of(m, t), raw) }
+  local flags = x[9]
   local st = {
-    s = key, base = base, w = base .. ':w', user = user, agent = agent,
-    from = x[1], from_read = x[1], total = x[2], calls = x[3], cm = x[4], cc = x[5], cn = x[6], pv = x[7],
-    pause = parse_pause(v[2]), pause_read = v[2] or false,
-    held = tonumber(v[3] or 0), holds = v[3] ~= false,
-    ign = parse_ignored(v[4]), ign_read = v[4] or false,
-    windows = l.windows, tallies = {}, alerted = {}, alerted_read = {}, dirty = false,
+    s = key, w = string.sub(key, 1, -3) .. ':w', user = user, agent = agent, raw = raw,
+    from = x[1], total = x[2], calls = x[3], cm = x[4], cc = x[5], cn = x[6], pv = x[7], held = x[8],
+    holds = bit.band(flags, 8) ~= 0, pause = NOT_PAUSED, ign = NO_IGNORED, alerted = {}, tallies = {},
   }
-  -- struct.unpack answers the position after what it read last: the triples stop before it.
-  for i = PACKED + 1, #x - 1, 3 do st.tallies[x[i]] = { from = x[i + 1], spent = x[i + 2] } end
-  for i, m in ipairs(meters) do
-    local bits = tonumber(v[4 + i] or 0)
-    st.alerted[m.id], st.alerted_read[m.id] = bits, bits
+  if bit.band(flags, 3) ~= 0 then
+    st.pause = { paused = bit.band(flags, 1) ~= 0, override = bit.band(flags, 2) ~= 0, since = x[10], reason = x[FIXED + 3 + m + 3 * t] }
   end
+  if x[11] ~= 0 then st.ign = { since = x[11], calls = x[12], nano = x[13], flagged = bit.band(flags, 4) ~= 0 } end
+  for i = 1, m do st.alerted[i] = x[FIXED + 2 + i] end
+  for i = FIXED + 3 + m, FIXED + 2 + m + 3 * t, 3 do st.tallies[x[i]] = { from = x[i + 1], spent = x[i + 2] } end
   return st
+end
+
+-- Writes a state's field `n` back when it is not what was read.
+local function save_state(st)
+  local v = pack_state(st)
+  if v == st.raw then return end
+  redis.call('HSET', st.s, 'n', v)
+  st.raw = v
+end
+
+-- The windows a state with `meters` keeps a tally of (tallies_of()), once per list and call.
+local function windows_of(meters)
+  local w = windows[meters]
+  if not w then
+    w = tallies_of(meters)
+    windows[meters] = w
+  end
+  return w
 end
 
 -- A state's windows moved on to now (RollingWindow.expire): the tallies first, which read
@@ -293,36 +280,6 @@ local function add(st, minute, cost, calls)
   st.cc, st.cn = st.cc + cost, st.cn + calls
   st.total = st.total + cost
   st.calls = st.calls + calls
-  st.dirty = true
-end
-
--- A field for save_state(): to `set` when `value` is not what was read (`was`), to `gone`
--- when it is false (no value: the field goes).
-local function put(set, gone, field, value, was)
-  if value == was then return end
-  if value then
-    set[#set + 1] = field
-    set[#set + 1] = value
-  else
-    gone[#gone + 1] = field
-  end
-end
-
--- Writes back what changed of a state: its windows' totals and tallies, its pause,
--- ignoring-pause counts and alert bits. A running state never gets a pause field.
-local function save_state(st)
-  local set, gone = {}, {}
-  if st.dirty then
-    set[1], set[2] = 'n', pack_numbers(st)
-  end
-  put(set, gone, 'pause', pause_text(st.pause), st.pause_read)
-  put(set, gone, 'ign', ignored_text(st.ign), st.ign_read)
-  for id, bits in pairs(st.alerted) do
-    local was = st.alerted_read[id]
-    put(set, gone, 'al:' .. id, bits ~= 0 and bits, was ~= nil and was ~= 0 and was)
-  end
-  if #set > 0 then redis.call('HSET', st.s, unpack(set)) end
-  if #gone > 0 then redis.call('HDEL', st.s, unpack(gone)) end
 end
 
 -- projection.ts exhaustionAt(), branch for branch, for a state's daily budget `threshold`:
@@ -361,13 +318,13 @@ local function exhaustion(st, threshold)
   return nil
 end
 
--- Budget holds. A state's open holds are `held` in its :s (their sum, nano-USD; absent: it
--- has none) and two keys of its own: :hz, a ZSET of hold ids scored by their expiry (ms),
+-- Budget holds. A state's open holds are its `held` (their sum, nano-USD) and flag 8
+-- (pack_state()), and two keys of its own: :hz, a ZSET of hold ids scored by their expiry (ms),
 -- and :h, a HASH of <hold id> = its entry (hold_entry). The agent's and its fleet's entries
 -- are alike: the fleet's names the agent, whose keys release.lua finds from it. Both keys
 -- expire a minute after their last hold; load.lua drops them with the state they belong to.
--- A state without holds costs an event nothing: `held` comes with read_state's HMGET, and
--- only a state that has the field reads its keys.
+-- A state without holds costs an event nothing: only a state with the flag reads its keys.
+-- What changes below is the state's; the caller saves it (save_state()).
 
 -- A hold's :h entry: 'amount key_id agent_id' (key_id: the agent's name in key names).
 local function hold_entry(amount, key_id, agent)
@@ -382,19 +339,17 @@ end
 
 -- The keys of a state's holds.
 local function hold_keys(st)
-  if not st.hz then st.hz, st.h = st.base .. ':hz', st.base .. ':h' end
+  if not st.hz then
+    local base = string.sub(st.s, 1, -3)
+    st.hz, st.h = base .. ':hz', base .. ':h'
+  end
   return st.hz, st.h
 end
 
--- Writes st.held back: the field goes once no hold is left.
-local function save_held(st)
+-- A state with no hold left has none: its sum and flag go.
+local function settle_held(st)
   hold_keys(st)
-  if redis.call('ZCARD', st.hz) == 0 then
-    st.held, st.holds = 0, false
-    redis.call('HDEL', st.s, 'held')
-  else
-    redis.call('HSET', st.s, 'held', fmt(st.held))
-  end
+  if redis.call('ZCARD', st.hz) == 0 then st.held, st.holds = 0, false end
 end
 
 -- Drops the state's expired holds from the head (at most 256 a call: more wait for the
@@ -409,10 +364,10 @@ local function expire_holds(st)
     end
     redis.call('ZREM', st.hz, unpack(gone))
     redis.call('HDEL', st.h, unpack(gone))
-    save_held(st)
+    settle_held(st)
   elseif redis.call('EXISTS', st.hz) == 0 then
-    -- Its keys expired with it unread: nothing is held (save_held drops the field).
-    save_held(st)
+    -- Its keys expired with it unread: nothing is held.
+    settle_held(st)
   end
   -- Otherwise nothing changed: no write (the fleet's holds are read by every event of the user).
 end
@@ -428,7 +383,6 @@ end
 local function put_hold(st, id, amount, expires, entry)
   hold_keys(st)
   st.held, st.holds = st.held + amount, true
-  redis.call('HSET', st.s, 'held', fmt(st.held))
   redis.call('ZADD', st.hz, expires, id)
   redis.call('HSET', st.h, id, entry)
   local ttl = expires - NOW + MINUTE_MS
@@ -445,7 +399,7 @@ local function take_hold(st, id)
   redis.call('ZREM', st.hz, id)
   redis.call('HDEL', st.h, id)
   st.held = st.held - parse_hold(v)
-  save_held(st)
+  settle_held(st)
   return v
 end
 
@@ -686,14 +640,15 @@ local function read_states()
   local list, missing, stale = {}, {}, {}
   for i, s in ipairs(A.states) do
     local key = A.base .. s.id .. ':s'
-    local st = read_state(key, A.meters[s.meters], s.user, s.agent)
+    local st = read_state(key, s.user, s.agent)
     if not st then
       missing[#missing + 1] = key
     elseif st.pv ~= s.pv then
       -- Learnt by the caller ({key, pv, policy (JSON, or absent: the default)}), which calls again.
       stale[#stale + 1] = { key = key, pv = fmt(st.pv), policy = redis.call('HGET', key, 'policy') or nil }
     else
-      st.meters, st.budget, st.index = A.meters[s.meters], s.budget, s.index
+      local meters = A.meters[s.meters]
+      st.meters, st.windows, st.budget, st.index = meters, windows_of(meters), s.budget, s.index
       list[i] = st
     end
   end
