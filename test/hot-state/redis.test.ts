@@ -259,8 +259,8 @@ describe('redis hot state: keys', () => {
     for (const key of keys) {
       const ttl = await server.redis.pttl(key)
       expect(ttl, key).toBeGreaterThan(0)
-      // A state's keys 25 h after its last write; a table of ids until its six hours have left the window.
-      expect(ttl, key).toBeLessThanOrEqual((key.includes(':ids') ? 30 : 25) * 60 * MINUTE_MS)
+      // A state's keys 25 h after its last write; a table of ids until its twelve hours have left the window.
+      expect(ttl, key).toBeLessThanOrEqual((key.includes(':ids') ? 36 : 25) * 60 * MINUTE_MS)
     }
   })
 })
@@ -319,4 +319,22 @@ describe('redis hot state: event ids', () => {
     expect(again.filter((r) => r.counted)).toEqual([])
     expect(new Set(again.map((r) => r.costNano))).toEqual(new Set([1]))
   }, 60_000)
+
+  it("starts a table of ids with the buckets the one before it ended with, and finds ids across both", async () => {
+    const p = prefix()
+    const hs = hot({ prefix: p, loader: countingLoader() })
+    // T0 is 00:00 UTC: the first table is the twelve hours from then, the next starts at noon.
+    const noon = T0 + 12 * 60 * MINUTE_MS
+    const first = Array.from({ length: 2_000 }, (_, i) => ev(1, { agentId: `a${i % 20}`, at: T0 }))
+    for (let i = 0; i < first.length; i += 500) await Promise.all(first.slice(i, i + 500).map((e) => hs.record(e, T0)))
+    await hs.record(ev(1, { at: noon }), noon)
+    const [meta] = await server.redis.keys(`${p}{p*}:ids`)
+    const counts = await server.redis.hgetall(meta!)
+    const periods = Object.keys(counts).filter((f) => f.startsWith('b')).sort()
+    expect(periods).toHaveLength(2)
+    expect(counts[periods[0]!.replace('b', 'n')]).toBe('2000')
+    expect(counts[periods[1]!]).toBe(String(2_000 / 40))
+    const again = await Promise.all(first.slice(0, 100).map((e) => hs.record({ ...e, at: noon }, noon)))
+    expect(again.filter((r) => r.counted)).toEqual([])
+  })
 })

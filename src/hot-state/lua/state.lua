@@ -458,18 +458,19 @@ local function alert(st, scope, meters, fired)
 end
 
 -- Event ids: at most 64 bytes each. An id is kept as a 12-byte fingerprint (hex) of (user,
--- agent, event id), computed by the caller, in its partition's table of the six UTC hours
+-- agent, event id), computed by the caller, in its partition's table of the twelve UTC hours
 -- of the minute it was counted in: {p}:ids:<period>:<i>, a linear hash of small hashes, each
 -- held by Redis in its compact listpack encoding (under 128 fields: a bucket splits when the
 -- table averages SPLIT_AT ids per bucket). {p}:ids (K.ids) holds b<period> (buckets) and
 -- n<period> (ids) per table. A table's keys expire when its last minute has left the window,
 -- all at once; until then an entry whose own minute has left it is not found, so the
--- window's edge is exact to the minute. Six hours a table: a new id is looked up in at most
--- five tables, and an id is kept at most 30 h.
+-- window's edge is exact to the minute. Twelve hours a table: a new id is looked up in at
+-- most three tables, and an id is kept at most 36 h. A table starts with as many buckets as
+-- the one before it ended with, so a steady flow of ids seldom splits one.
 -- Bucket keys are named from K.ids in the script: they carry its hash tag, so they are in
 -- the script's slot.
 local SPLIT_AT = 40
-local PERIOD = 360 -- minutes a table of ids covers
+local PERIOD = 720 -- minutes a table of ids covers
 
 local function h32(fp)
   return tonumber(string.sub(fp, 1, 8), 16)
@@ -537,7 +538,8 @@ local function remember(tables, fp, h, cost, minute)
   -- Relative to the caller's clock, as the window is: the TTL only collects garbage.
   local ttl = math.max(1, ((period + 1) * PERIOD + WINDOW) * MINUTE_MS - NOW)
   if not tb then
-    tb = id_table(period, 1, 0)
+    local before = tables[period - 1]
+    tb = id_table(period, before and math.max(1, math.floor(before.n / SPLIT_AT)) or 1, 0)
     tb.new = true
     tables[period] = tb
   end
