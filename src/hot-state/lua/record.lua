@@ -27,17 +27,17 @@ local function exhausts(st)
   return nil
 end
 
--- What counting an event (`c`, rules.lua count_event) changed in a state, journaled and
--- added to the event's answer `out` (its transitions and alerts lists, made when needed).
-local function changes(out, st, scope, c, before)
-  if c.relaxed or c.crossed then
+-- What counting an event changed in a state (rules.lua count_event), journaled and added to
+-- the event's answer `out` (its transitions and alerts lists, made when needed).
+local function changes(out, st, scope, before)
+  if st.relaxed or st.crossed then
     out.transitions = out.transitions or {}
-    if c.relaxed then out.transitions[#out.transitions + 1] = transition(st, scope, c.relaxed, before) end
-    if c.crossed then out.transitions[#out.transitions + 1] = transition(st, scope, c.crossed, st.total) end
+    if st.relaxed then out.transitions[#out.transitions + 1] = transition(st, scope, st.relaxed, before) end
+    if st.crossed then out.transitions[#out.transitions + 1] = transition(st, scope, st.crossed, st.total) end
   end
-  if #c.fired > 0 then
+  if #st.fired > 0 then
     out.alerts = out.alerts or {}
-    for _, f in ipairs(c.fired) do out.alerts[#out.alerts + 1] = alert(st, scope, st.meters, f) end
+    for _, f in ipairs(st.fired) do out.alerts[#out.alerts + 1] = alert(st, scope, st.meters, f) end
   end
 end
 
@@ -62,24 +62,24 @@ local function answer(e, agent, fleet)
   judge(agent, agent.meters)
   judge(fleet, fleet.meters)
   local agent_before, fleet_before = agent.total, fleet.total
-  local step = step_event(agent, fleet, agent.meters, fleet.meters, e.cost, e.llm_call, A.grace)
+  local ignored, raised = step_event(agent, fleet, agent.meters, fleet.meters, e.cost, e.llm_call, A.grace)
   local calls = e.llm_call and 1 or 0
   add(agent, e.minute, e.cost, calls)
   add(fleet, e.minute, e.cost, calls)
-  agent.ign = step.ignored
+  agent.ign = ignored
   local out = { counted = true, cost = cost, total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason, exhausts = exhausts(agent) }
   -- The agent's, then its fleet's: a relaxing change at the total before the event, the
   -- pause at the total after it, then the alerts.
-  changes(out, agent, 'agent', step.agent, agent_before)
-  changes(out, fleet, 'fleet', step.fleet, fleet_before)
-  if step.raised then
-    local g = step.ignored
+  changes(out, agent, 'agent', agent_before)
+  changes(out, fleet, 'fleet', fleet_before)
+  if raised then
+    local g = ignored
     local version = next_version(agent)
     journal('ignored_pauses', '{' .. members(agent) .. ',"at":"' .. A.at .. '","version":' .. fmt(version) ..
       ',"paused_at_ms":' .. fmt(g.since) .. ',"calls":' .. fmt(g.calls) .. ',"cost_nano":' .. fmt(g.nano) .. '}')
     out.ignored = { since = fmt(g.since), calls = fmt(g.calls), nano = fmt(g.nano), version = fmt(version) }
   end
-  if #step.fleet.fired > 0 then out.fleet_exhausts = exhausts(fleet) end
+  if #fleet.fired > 0 then out.fleet_exhausts = exhausts(fleet) end
   -- The index scores an agent by its newest minute: only a new bucket can raise it.
   if agent.pushed then
     redis.call('ZADD', fleet.index, 'GT', e.minute, agent.agent)

@@ -85,13 +85,14 @@ local function alerts(st, meters, may_fire)
   return fired
 end
 
--- policy.ts countEvent()
+-- policy.ts countEvent(). What it answers there is kept on the state here (st.relaxed,
+-- st.crossed, st.fired): an event counts in two states, and tables cost.
 local function count_event(st, meters, cost)
-  local relaxed = relax(st, meters)
+  st.relaxed = relax(st, meters)
   alerts(st, meters, false)
   for i = 1, #meters do st.spent[i] = st.spent[i] + cost end
-  local crossed = cross(st, meters)
-  return { relaxed = relaxed, crossed = crossed, fired = alerts(st, meters, true) }
+  st.crossed = cross(st, meters)
+  st.fired = alerts(st, meters, true)
 end
 
 -- policy.ts holdingPause(): the pause that holds an agent, its own first; nil while both run.
@@ -113,8 +114,9 @@ local function count_ignored(ign, since, cost, grace)
   return { since = since, calls = base.calls + 1, nano = base.nano + cost, flagged = true }, not base.flagged
 end
 
--- policy.ts stepEvent(), its arguments positional (an event's are many, and tables cost);
--- the agent's ignored counts are agent.ign.
+-- policy.ts stepEvent(), its arguments and answer positional (an event's are many, and
+-- tables cost): the agent's ignored counts after it and whether its flag is raised; what
+-- counting it changed is on each state (count_event()). The agent's ignored counts are agent.ign.
 local function step_event(agent, fleet, agent_meters, fleet_meters, cost, llm_call, grace)
   local ignored, raised = agent.ign, false
   if llm_call then
@@ -123,7 +125,9 @@ local function step_event(agent, fleet, agent_meters, fleet_meters, cost, llm_ca
     if holding then since = holding.since end
     ignored, raised = count_ignored(agent.ign, since, cost, grace)
   end
-  return { ignored = ignored, raised = raised, agent = count_event(agent, agent_meters, cost), fleet = count_event(fleet, fleet_meters, cost) }
+  count_event(agent, agent_meters, cost)
+  count_event(fleet, fleet_meters, cost)
+  return ignored, raised
 end
 
 -- policy.ts wouldGoOver()

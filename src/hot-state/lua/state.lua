@@ -30,15 +30,16 @@ local LAST_HOUR = 60
 -- The call at hand. Redis runs a library's functions one at a time, and each starts with
 -- begin(), which sets every value below afresh, so nothing of one call is left to the
 -- next: K, the call's keys by name; A, its arguments (ARGV[1], JSON) by name (ARGV[2..]
--- are the script's own); NOW (ms) and TTL (ms) from A; NOW_MINUTE; DAY_FROM, the first
+-- are the script's own); NOW (ms, and as text) and TTL (ms) from A; NOW_MINUTE; DAY_FROM, the first
 -- minute of the window of 24 h that ends now (window.ts inWindow); and what charge() and
 -- windows_of() gather during the call.
-local K, A, NOW, TTL, NOW_MINUTE, DAY_FROM
+local K, A, NOW, NOW_TEXT, TTL, NOW_MINUTE, DAY_FROM
 local budgets, windows
 
 local function begin(keys, argv)
   K, A = keys, cjson.decode(argv[1])
   NOW, TTL = A.now, A.ttl
+  NOW_TEXT = string.format('%d', NOW)
   NOW_MINUTE = math.floor(NOW / MINUTE_MS)
   DAY_FROM = NOW_MINUTE - WINDOW + 1
   budgets, windows = {}, {}
@@ -249,8 +250,9 @@ end
 
 -- The state as the rules judge it for `meters` (policy.ts Judged): st.spent per meter.
 local function judge(st, meters)
-  st.spent = {}
-  for i, m in ipairs(meters) do st.spent[i] = spent_of(st, m.minutes, m.from) end
+  local spent = st.spent or {}
+  for i, m in ipairs(meters) do spent[i] = spent_of(st, m.minutes, m.from) end
+  st.spent = spent
   return st
 end
 
@@ -282,17 +284,19 @@ local function add(st, minute, cost, calls)
   st.calls = st.calls + calls
 end
 
+-- When spending `last` an hour from now on has spent `to_go` more (epoch ms).
+local function reached_at(to_go, last)
+  return NOW + (to_go * HOUR_MS) / last
+end
+
 -- projection.ts exhaustionAt(), branch for branch, for a state's daily budget `threshold`:
 -- epoch ms (text), or nil. The hours are read only when the answer depends on them.
 local function exhaustion(st, threshold)
   if st.total >= threshold then return fmt(NOW) end
   local last = spent_of(st, LAST_HOUR, NOW_MINUTE - LAST_HOUR + 1)
   if last <= 0 then return nil end
-  local function at(to_go)
-    return NOW + (to_go * HOUR_MS) / last
-  end
   local horizon = NOW + WINDOW * MINUTE_MS
-  if at(threshold - st.total) >= horizon then return nil end
+  if reached_at(threshold - st.total, last) >= horizon then return nil end
   local names = {}
   for h = hour_of(st.from), hour_of(st.cm) do names[#names + 1] = 'h' .. h end
   local costs = redis.call('HMGET', st.w, unpack(names))
@@ -304,7 +308,7 @@ local function exhaustion(st, threshold)
       local hour = tonumber(string.sub(name, 2))
       local leaves = (hour * 60 + 59 + WINDOW) * MINUTE_MS
       if leaves > NOW then
-        local reached = at(threshold - st.total + left)
+        local reached = reached_at(threshold - st.total + left, last)
         if reached < leaves then
           if reached < horizon then return fmt(math.ceil(reached)) end
           return nil
@@ -313,7 +317,7 @@ local function exhaustion(st, threshold)
       end
     end
   end
-  local reached = at(threshold - st.total + left)
+  local reached = reached_at(threshold - st.total + left, last)
   if reached < horizon then return fmt(math.ceil(reached)) end
   return nil
 end
@@ -415,7 +419,7 @@ end
 
 -- One row for a table, as the JSON the shipper sends to ClickHouse (journal/redis-streams.ts).
 local function journal(table_name, json)
-  redis.call('XADD', K.journal, '*', 't', table_name, 'a', fmt(NOW), 'j', json)
+  redis.call('XADD', K.journal, '*', 't', table_name, 'a', NOW_TEXT, 'j', json)
 end
 
 -- The state's next version: grows per state whatever the callers' clocks do.
