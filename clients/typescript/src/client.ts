@@ -1,10 +1,12 @@
+import { EventBuffer, bufferSettings } from './buffer.js'
+import type { Delivery } from './buffer.js'
 import { BurnrateError } from './errors.js'
 import { buildEventBody, buildHoldBody, checkAgentId } from './event.js'
-import type { HoldBody } from './event.js'
+import type { EventBody, HoldBody } from './event.js'
 import { isObject, requestJson, sleep } from './http.js'
-import type { FetchLike, JsonRequest, RetryPolicy } from './http.js'
+import type { FetchLike, JsonAnswer, JsonRequest, RetryPolicy } from './http.js'
 import { isUuid } from './id.js'
-import type { AlertInfo, BurnrateEvent, EventExtras, EventResponse, FailMode, GuardCall, GuardRefusalReason, GuardResult, Hold, HoldResponse, LlmUsage, Metadata } from './types.js'
+import type { AlertInfo, BufferOptions, BurnrateEvent, EventExtras, EventResponse, FailMode, GuardCall, GuardRefusalReason, GuardResult, Hold, HoldResponse, LlmUsage, Metadata, Problem, SendOptions } from './types.js'
 import { fromAnthropic as anthropicEvent, fromOpenAIChat as openAIChatEvent, fromOpenAIResponses as openAIResponsesEvent, fromUsage as usageEvent, llmCallEvent, withExtras } from './usage.js'
 import type { ProviderUsage, UsageSource } from './usage.js'
 
@@ -37,6 +39,13 @@ export interface BurnrateOptions {
   maxRetryDelayMs?: number
   /** A fetch implementation; default the global fetch. */
   fetch?: FetchLike
+  /**
+   * The buffered mode: tool calls, starts, ends and llm_calls sent with `buffered: true` are
+   * queued and posted together (POST /events/batch) instead of one request each; their calls
+   * resolve at once. `true` for the defaults { maxEvents: 100, maxAgeMs: 1000, maxQueued: 10000 }.
+   * Default false: every event is posted at once. See the README's "Buffered mode".
+   */
+  buffer?: BufferOptions | boolean
 }
 
 export interface RefreshOptions {
@@ -97,6 +106,12 @@ export class Burnrate {
   private reason: string | null = null
   private ignoring = false
   private last: EventResponse | undefined
+  /** The buffered mode's queue; null when it is off. */
+  private readonly buffer: EventBuffer | null
+  /** The buffered mode's last attempt to send left events undelivered (or its config failed): with failMode "closed", buffered calls resolve false. */
+  private undelivered = false
+  /** The server answered 404 to POST /events/batch (older than the endpoint): the buffer posts its events one by one. */
+  private batchless = false
 
   constructor(options: BurnrateOptions) {
     if (typeof options !== 'object' || options === null) throw new TypeError('burnrate: new Burnrate(options) needs an options object')
@@ -154,6 +169,8 @@ export class Burnrate {
       config.alert_at = [...levels]
     }
     this.pendingConfig = Object.keys(config).length > 0 ? { agent_id: this.agent, ...config } : null
+    const buffer = bufferSettings(options.buffer)
+    this.buffer = buffer === null ? null : new EventBuffer(buffer, this.policy, (events) => this.deliver(events), (error) => this.report(error))
   }
 
   /** The agent this client reports for. */
@@ -183,7 +200,7 @@ export class Burnrate {
     return this.ignoring
   }
 
-  /** The last answer to POST /events (cost, 24 h total, duplicate), if any. */
+  /** The last answer to POST /events, or to an event of a batch (cost, 24 h total, duplicate), if any. */
   get lastResponse(): EventResponse | undefined {
     return this.last
   }
@@ -199,14 +216,21 @@ export class Burnrate {
     return at === undefined ? undefined : at === null ? null : new Date(at)
   }
 
+  /** Buffered mode: the events queued or in flight, not yet answered by burnrate. 0 without a buffer. */
+  get pendingEvents(): number {
+    return this.buffer?.size ?? 0
+  }
+
   /**
    * Posts one event (the fields of POST /events without agent_id). Resolves true while the
    * agent may go on, false once it is paused (then nothing more is sent) or, with failMode
    * "closed", when burnrate could not be reached. Rejects only with a TypeError for an
-   * invalid event.
+   * invalid event. With the buffer on, a tool_call, agent_start or agent_end (or any event
+   * with `buffered: true`) is queued instead and the call resolves at once: false while paused,
+   * with failMode "closed" false while the last batch could not be sent, else true.
    */
-  send(event: BurnrateEvent): Promise<boolean> {
-    return this.post(event)
+  send(event: BurnrateEvent, options?: SendOptions): Promise<boolean> {
+    return this.later(() => event, options?.buffered)
   }
 
   /** send(), for a guarded call with its hold: hold_id goes with the event, and `settled` turns true once burnrate acknowledged it. */
@@ -222,14 +246,9 @@ export class Burnrate {
       if (!isObject(r) || typeof r.paused !== 'boolean') {
         throw new BurnrateError('burnrate POST /events: the answer has no paused flag', { operation: 'event', code: 'invalid_response', status: answer.status, retryable: false, eventId: body.event_id })
       }
-      this.last = r as unknown as EventResponse
-      if (r.paused) {
-        this.isPaused = true
-        this.reason = typeof r.paused_reason === 'string' ? r.paused_reason : null
-      }
       delivered = true
       if (hold) hold.settled = true
-      if (Array.isArray(r.alerts) && r.alerts.length > 0 && this.onAlert) this.tellAlert({ levels: r.alerts as number[], response: this.last })
+      this.took(r)
     } catch (err) {
       this.report(err)
     }
@@ -240,42 +259,75 @@ export class Burnrate {
 
   /** An llm_call event: model and token counts (cache counts are parts of inputTokens). */
   llmCall(model: string, usage: LlmUsage, extras?: EventExtras): Promise<boolean> {
-    return this.later(() => llmCallEvent(model, usage, extras))
+    return this.later(() => llmCallEvent(model, usage, extras), extras?.buffered)
   }
 
-  /** A tool_call event. */
-  toolCall(toolName: string, metadata?: Metadata, extras?: Pick<EventExtras, 'eventId'>): Promise<boolean> {
-    return this.later(() => withExtras({ event_type: 'tool_call', tool_name: toolName }, { ...extras, metadata }))
+  /** A tool_call event (buffered when the buffer is on, unless `buffered: false`). */
+  toolCall(toolName: string, metadata?: Metadata, extras?: Pick<EventExtras, 'eventId' | 'buffered'>): Promise<boolean> {
+    return this.later(() => withExtras({ event_type: 'tool_call', tool_name: toolName }, { ...extras, metadata }), extras?.buffered)
   }
 
-  /** An agent_start event. */
-  start(metadata?: Metadata, extras?: Pick<EventExtras, 'eventId'>): Promise<boolean> {
-    return this.later(() => withExtras({ event_type: 'agent_start' }, { ...extras, metadata }))
+  /** An agent_start event (buffered when the buffer is on, unless `buffered: false`). */
+  start(metadata?: Metadata, extras?: Pick<EventExtras, 'eventId' | 'buffered'>): Promise<boolean> {
+    return this.later(() => withExtras({ event_type: 'agent_start' }, { ...extras, metadata }), extras?.buffered)
   }
 
-  /** An agent_end event. */
-  end(metadata?: Metadata, extras?: Pick<EventExtras, 'eventId'>): Promise<boolean> {
-    return this.later(() => withExtras({ event_type: 'agent_end' }, { ...extras, metadata }))
+  /**
+   * An agent_end event. With the buffer on it is queued, and the buffer flushed: resolves once
+   * burnrate has answered every event queued so far (false if paused, or, with failMode
+   * "closed", when they could not all be sent).
+   */
+  async end(metadata?: Metadata, extras?: Pick<EventExtras, 'eventId'>): Promise<boolean> {
+    const build = () => withExtras({ event_type: 'agent_end' }, { ...extras, metadata })
+    if (this.buffer === null || this.buffer.closed) return this.later(build)
+    await this.later(build, true)
+    await this.flush()
+    return this.answerNow()
+  }
+
+  /**
+   * Buffered mode: sends every event queued so far, now. Resolves true once burnrate has
+   * answered them all (an event it refused as invalid is reported to onError and dropped),
+   * false when a batch could not be sent (after the retries; the error went to onError): those
+   * events stay queued, in order, for the next flush. Without a buffer: true. Never rejects.
+   */
+  async flush(): Promise<boolean> {
+    if (this.buffer === null) return true
+    const sent = await this.buffer.flush()
+    if (!sent) this.undelivered = true
+    return sent
+  }
+
+  /**
+   * Buffered mode: flushes, and stops the buffer's timer for good; later calls post each event
+   * at once, as without a buffer. Resolves as flush() does; what could not be sent stays queued
+   * for a later flush(). Without a buffer: true. Never rejects.
+   */
+  async close(): Promise<boolean> {
+    if (this.buffer === null) return true
+    const sent = await this.buffer.close()
+    if (!sent) this.undelivered = true
+    return sent
   }
 
   /** Sends an OpenAI Chat Completions call: `fromOpenAIChat(completion.model, completion.usage)`, the usage object as it is. */
   fromOpenAIChat(model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean> {
-    return this.later(() => openAIChatEvent(model, usage, extras))
+    return this.later(() => openAIChatEvent(model, usage, extras), extras?.buffered)
   }
 
   /** Sends an OpenAI Responses API call: `fromOpenAIResponses(response.model, response.usage)`. */
   fromOpenAIResponses(model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean> {
-    return this.later(() => openAIResponsesEvent(model, usage, extras))
+    return this.later(() => openAIResponsesEvent(model, usage, extras), extras?.buffered)
   }
 
   /** Sends an Anthropic Messages call: `fromAnthropic(message.model, message.usage)`. */
   fromAnthropic(model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean> {
-    return this.later(() => anthropicEvent(model, usage, extras))
+    return this.later(() => anthropicEvent(model, usage, extras), extras?.buffered)
   }
 
   /** Sends a call of any provider the price library knows: `fromUsage({ provider: 'google' }, model, response.usageMetadata)`. */
   fromUsage(source: UsageSource, model: string, usage: ProviderUsage, extras?: EventExtras): Promise<boolean> {
-    return this.later(() => usageEvent(source, model, usage, extras))
+    return this.later(() => usageEvent(source, model, usage, extras), extras?.buffered)
   }
 
   /**
@@ -425,7 +477,7 @@ export class Burnrate {
 
   /** The Hold guard() hands its function: the report methods of the client, with the hold attached. */
   private holdFor(model: string, hold: HoldState, answer: HoldResponse | undefined): Hold {
-    const report = (build: () => BurnrateEvent) => this.later(build, hold)
+    const report = (build: () => BurnrateEvent) => this.later(build, false, hold)
     return {
       holdId: hold.id,
       heldUsd: answer?.held_usd ?? 0,
@@ -442,9 +494,119 @@ export class Burnrate {
     return requestJson(this.fetchFn, this.policy, { ...req, apiKey: this.apiKey })
   }
 
-  /** Builds the event (a TypeError becomes a rejection) and sends it, with the hold of a guarded call when given. */
-  private async later(build: () => BurnrateEvent, hold?: HoldState): Promise<boolean> {
-    return this.post(build(), hold)
+  /**
+   * Builds the event (a TypeError becomes a rejection), then queues it (buffered mode: tool
+   * calls, starts and ends unless `buffered` is false, others when it is true) or posts it, with
+   * the hold of a guarded call when given (never queued).
+   */
+  private async later(build: () => BurnrateEvent, buffered?: boolean, hold?: HoldState): Promise<boolean> {
+    const event = build()
+    if (hold === undefined && this.buffer !== null && !this.buffer.closed && (buffered ?? event.event_type !== 'llm_call')) {
+      const body = buildEventBody(this.agent, event)
+      if (this.isPaused) return false
+      this.buffer.add(body)
+      return this.answerNow()
+    }
+    return this.post(event, hold)
+  }
+
+  /** What a buffered call resolves to, without waiting: false while paused, or (failMode "closed") while the last batch could not be sent. */
+  private answerNow(): boolean {
+    return !this.isPaused && (this.failMode === 'open' || !this.undelivered)
+  }
+
+  /** An event's answer (of POST /events, or in its place in a batch) with its paused flag: the pause, the last answer, the alerts. */
+  private took(r: Record<string, unknown>): void {
+    this.last = r as unknown as EventResponse
+    if (r.paused === true) {
+      this.isPaused = true
+      this.reason = typeof r.paused_reason === 'string' ? r.paused_reason : null
+    }
+    if (Array.isArray(r.alerts) && r.alerts.length > 0 && this.onAlert) this.tellAlert({ levels: r.alerts as number[], response: this.last })
+  }
+
+  /** Sends one batch of the buffer (the start-up config first), and tells it what became of each event. Never rejects. */
+  private async deliver(events: EventBody[]): Promise<Delivery> {
+    const configured = await this.configure()
+    const delivery = this.batchless ? await this.postEach(events) : await this.postBatch(events)
+    this.undelivered = delivery.failed || !configured
+    return delivery
+  }
+
+  /**
+   * POST /events/batch. Each event's answer is taken as POST /events's would be; one refused
+   * for the key's budget (429) stays queued, one refused otherwise (400 invalid, 404 its hold
+   * unknown: sending it again cannot help) is reported and dropped. The whole request failing
+   * after its retries (network, timeout, 5xx) leaves the batch queued; a final failure (401,
+   * 400) drops it, reported. 413 (a proxy's smaller body limit): the halves, one after the
+   * other. 404 (a burnrate without the endpoint): POST /events for each, from then on.
+   */
+  private async postBatch(events: EventBody[]): Promise<Delivery> {
+    const all = events.map((_, i) => i)
+    let answer: JsonAnswer
+    try {
+      answer = await this.request({ operation: 'batch', method: 'POST', url: `${this.base}/events/batch`, body: { events } })
+    } catch (err) {
+      if (err instanceof BurnrateError && err.status === 404) {
+        this.batchless = true
+        return this.postEach(events)
+      }
+      if (err instanceof BurnrateError && err.status === 413 && events.length > 1) return this.halves(events)
+      this.report(err)
+      // A 2xx that is not JSON came from something between: burnrate may not have seen the batch.
+      const keep = !(err instanceof BurnrateError) || err.retryable || err.code === 'invalid_response'
+      return { requeue: keep ? all : [], failed: true }
+    }
+    const results = isObject(answer.body) && Array.isArray(answer.body.results) ? (answer.body.results as unknown[]) : undefined
+    if (results === undefined || results.length !== events.length) {
+      this.report(new BurnrateError('burnrate POST /events/batch: the answer has not one result per event', { operation: 'batch', code: 'invalid_response', status: answer.status, retryable: false }))
+      // Stored or not, sending them again counts nothing twice (event ids).
+      return { requeue: all, failed: true }
+    }
+    const requeue: number[] = []
+    results.forEach((r, i) => {
+      const eventId = events[i]!.event_id
+      if (isObject(r) && r.ok === true && typeof r.paused === 'boolean') return this.took(r)
+      if (isObject(r) && r.status === 429) return void requeue.push(i)
+      const problem = isObject(r) ? (r as Problem) : undefined
+      const status = typeof problem?.status === 'number' ? problem.status : undefined
+      const code = problem?.ok === true || status === undefined ? 'invalid_response' : typeof problem?.code === 'string' ? problem.code : `http_${status}`
+      const detail = typeof problem?.detail === 'string' ? `: ${problem.detail}` : ''
+      const what = code === 'invalid_response' ? 'has an answer burnrate does not give' : `refused: ${status} ${code}${detail}`
+      this.report(new BurnrateError(`burnrate POST /events/batch: event ${i} ${what}`, { operation: 'event', code, status, problem, retryable: false, eventId }))
+    })
+    return { requeue, failed: false, retryAfterMs: answer.retryAfterMs }
+  }
+
+  /** A batch too large for what is in front of burnrate, sent as two. */
+  private async halves(events: EventBody[]): Promise<Delivery> {
+    const mid = Math.ceil(events.length / 2)
+    const first = await this.postBatch(events.slice(0, mid))
+    const rest = events.slice(mid).map((_, i) => i + mid)
+    if (first.failed) return { requeue: [...first.requeue, ...rest], failed: true }
+    const second = await this.postBatch(events.slice(mid))
+    const waits = [first.retryAfterMs, second.retryAfterMs].filter((ms): ms is number => ms !== undefined)
+    return { requeue: [...first.requeue, ...second.requeue.map((i) => i + mid)], failed: second.failed, retryAfterMs: waits.length > 0 ? Math.max(...waits) : undefined }
+  }
+
+  /** A burnrate without POST /events/batch: the batch's events one by one, in order, as send() posts them. */
+  private async postEach(events: EventBody[]): Promise<Delivery> {
+    for (let i = 0; i < events.length; i++) {
+      const body = events[i]!
+      try {
+        const answer = await this.request({ operation: 'event', method: 'POST', url: `${this.base}/events`, body, eventId: body.event_id })
+        const r = answer.body
+        if (!isObject(r) || typeof r.paused !== 'boolean') {
+          throw new BurnrateError('burnrate POST /events: the answer has no paused flag', { operation: 'event', code: 'invalid_response', status: answer.status, retryable: false, eventId: body.event_id })
+        }
+        this.took(r)
+      } catch (err) {
+        this.report(err)
+        // Not sent (after its retries): it and the rest stay queued. Refused (400, 404): dropped.
+        if (!(err instanceof BurnrateError) || err.retryable) return { requeue: events.slice(i).map((_, j) => i + j), failed: true }
+      }
+    }
+    return { requeue: [], failed: false }
   }
 
   /** onAlert, whose own failure never reaches send(). */

@@ -4,10 +4,11 @@ import type { Operation, Problem } from './types.js'
  * Codes of failures that are not an HTTP answer: the request never got one
  * (`network_error`, `timeout`), the caller gave up (`aborted`), or the answer was not
  * what burnrate sends (`invalid_response`), or the client itself failed unexpectedly
- * (`internal_error`). Otherwise `code` is the server's problem code
+ * (`internal_error`), or the buffered mode's queue was full and dropped its oldest events
+ * (`buffer_full`). Otherwise `code` is the server's problem code
  * (`unauthorized`, `rate_limited`, `store_unavailable`, …) or `http_<status>`.
  */
-export type LocalErrorCode = 'network_error' | 'timeout' | 'aborted' | 'invalid_response' | 'internal_error'
+export type LocalErrorCode = 'network_error' | 'timeout' | 'aborted' | 'invalid_response' | 'internal_error' | 'buffer_full'
 
 export interface BurnrateErrorInit {
   operation: Operation
@@ -22,11 +23,15 @@ export interface BurnrateErrorInit {
 
 /**
  * A request to burnrate that failed after its retries. Handed to `onError` (or logged with
- * console.warn); never thrown out of send(), guard(), refresh() or waitUntilResumed().
+ * console.warn); never thrown out of send(), guard(), flush(), close(), refresh() or waitUntilResumed().
  */
 export class BurnrateError extends Error {
   override readonly name = 'BurnrateError'
-  /** 'config' (start-up POST /config), 'event' (POST /events), 'refresh' (GET /agents/{id}), 'hold' (guard()'s POST /holds) or 'release' (its DELETE /holds/{id}). */
+  /**
+   * 'config' (start-up POST /config), 'event' (POST /events, or one event of a batch), 'batch'
+   * (a buffered mode's POST /events/batch as a whole), 'refresh' (GET /agents/{id}), 'hold'
+   * (guard()'s POST /holds) or 'release' (its DELETE /holds/{id}).
+   */
   readonly operation: Operation
   /** The server's problem code, `http_<status>`, or a LocalErrorCode. */
   readonly code: string

@@ -29,6 +29,8 @@ export interface JsonRequest {
 export interface JsonAnswer {
   status: number
   body: unknown
+  /** Its Retry-After, in ms from now, when it carries one (POST /events/batch: a 200 with events refused for the key's budget). */
+  retryAfterMs?: number | undefined
 }
 
 type Attempt =
@@ -103,7 +105,7 @@ async function attemptOnce(fetchFn: FetchLike, timeoutMs: number, req: JsonReque
       if (body === undefined) {
         return { ok: false, error: new BurnrateError(`${describe(req)}: ${status} answer is not JSON`, { ...base, code: 'invalid_response', status, retryable: false }), retryAfterMs: undefined }
       }
-      return { ok: true, answer: { status, body } }
+      return { ok: true, answer: { status, body, retryAfterMs: parseRetryAfter(retryAfter) } }
     }
     const problem = isObject(body) ? (body as Problem) : undefined
     const code = typeof problem?.code === 'string' ? problem.code : `http_${status}`
@@ -151,7 +153,7 @@ export function parseRetryAfter(value: string | null, now = Date.now()): number 
 }
 
 /** The server's wait, capped, plus up to 10 % so clients told the same second spread out. */
-function retryAfterDelay(ms: number, maxDelayMs: number): number {
+export function retryAfterDelay(ms: number, maxDelayMs: number): number {
   return Math.min(maxDelayMs, ms + Math.random() * ms * 0.1)
 }
 

@@ -55,6 +55,41 @@ export interface EventExtras {
   metadata?: Metadata
   /** Your own event id (a UUID), e.g. to make a retry of your own idempotent. */
   eventId?: string
+  /**
+   * With the client's `buffer` on: `true` queues this llm_call for the next batch instead of
+   * posting it at once (a call reported after the fact, whose answer the agent does not wait
+   * for); the call then resolves at once from what the client already knows. `false` posts a
+   * tool call or a start at once. Ignored without a buffer, and by guard()'s hold reports,
+   * which always post at once (the hold is settled by their answer).
+   */
+  buffered?: boolean
+}
+
+/** Options of send(). */
+export interface SendOptions {
+  /**
+   * With the client's `buffer` on, whether the event goes to the buffer (resolving at once) or
+   * is posted now. Default: buffered for tool_call, agent_start and agent_end, posted now for
+   * llm_call. Ignored without a buffer.
+   */
+  buffered?: boolean
+}
+
+/**
+ * The buffered mode: events whose answer the agent does not wait for are queued and sent
+ * together (POST /events/batch). See the README's "Buffered mode".
+ */
+export interface BufferOptions {
+  /** Flush once this many events are queued. Default 100 (or maxQueued, when smaller). A batch holds at most 1000: more go in several. */
+  maxEvents?: number
+  /** Flush once the oldest queued event is this old (ms). Default 1000. */
+  maxAgeMs?: number
+  /**
+   * At most this many events wait (the batch in flight aside); past it the oldest are dropped,
+   * reported once to onError (`buffer_full`) until a batch goes through again. Default 10 000
+   * (or maxEvents, when larger).
+   */
+  maxQueued?: number
 }
 
 /** The body of a 200 answer to POST /events. */
@@ -118,8 +153,8 @@ export interface Problem {
   [key: string]: unknown
 }
 
-/** What the client was doing when a request failed. */
-export type Operation = 'config' | 'event' | 'refresh' | 'hold' | 'release'
+/** What the client was doing when a request failed ('batch': a POST /events/batch of the buffered mode, as a whole). */
+export type Operation = 'config' | 'event' | 'batch' | 'refresh' | 'hold' | 'release'
 
 /**
  * `open` (default): a failure to reach burnrate does not stop the agent; send() returns true

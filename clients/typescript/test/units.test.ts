@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { Burnrate, fromAnthropic, fromOpenAIChat, fromOpenAIResponses, fromUsage, type BurnrateEvent } from '../src/index.ts'
+import { BUFFER_DEFAULTS, bufferSettings } from '../src/buffer.ts'
 import { parseRetryAfter, backoffDelay } from '../src/http.ts'
 import { randomUuid } from '../src/id.ts'
 
@@ -78,6 +79,45 @@ describe('argument checks (programming errors throw; nothing is sent)', () => {
     expect(c.agentId).toBe('a')
     expect(c.paused).toBe(false)
     expect(c.lastResponse).toBeUndefined()
+    expect(c.pendingEvents).toBe(0)
+  })
+
+  it('the buffer option: off by default, true for the defaults, each bound checked', () => {
+    const ok = { baseUrl: 'http://127.0.0.1:1', apiKey: 'k', agentId: 'a' }
+    expect(bufferSettings(undefined)).toBeNull()
+    expect(bufferSettings(false)).toBeNull()
+    expect(bufferSettings(true)).toEqual({ maxEvents: 100, maxAgeMs: 1000, maxQueued: 10_000 })
+    expect(bufferSettings({})).toEqual(BUFFER_DEFAULTS)
+    expect(bufferSettings({ maxEvents: 20, maxAgeMs: 50 })).toEqual({ maxEvents: 20, maxAgeMs: 50, maxQueued: 10_000 })
+    // Either default follows the other one given.
+    expect(bufferSettings({ maxQueued: 5 })).toEqual({ maxEvents: 5, maxAgeMs: 1000, maxQueued: 5 })
+    expect(bufferSettings({ maxEvents: 20_000 })).toEqual({ maxEvents: 20_000, maxAgeMs: 1000, maxQueued: 20_000 })
+    const bad: Array<[unknown, RegExp]> = [
+      [{ maxEvents: 0 }, /maxEvents must be a positive integer/],
+      [{ maxEvents: 1.5 }, /maxEvents/],
+      [{ maxQueued: -1 }, /maxQueued/],
+      [{ maxEvents: 11, maxQueued: 10 }, /must not exceed buffer.maxQueued/],
+      [{ maxAgeMs: 0 }, /maxAgeMs/],
+      [{ maxAgeMs: Infinity }, /maxAgeMs/],
+      [{ maxAge: 10 }, /unknown buffer option "maxAge"/],
+      ['yes', /buffer must be/],
+      [null, /buffer must be/],
+    ]
+    for (const [buffer, message] of bad) expect(() => new Burnrate({ ...ok, buffer: buffer as never })).toThrow(message)
+  })
+
+  it('a buffered call rejects with a TypeError for an invalid event, and queues nothing', async () => {
+    const { fetch, calls } = refusingFetch()
+    const c = new Burnrate({ baseUrl: 'http://127.0.0.1:1', apiKey: 'k', agentId: 'a', fetch, buffer: { maxAgeMs: 600_000 } })
+    await expect(c.toolCall('')).rejects.toThrow(/tool_name/)
+    await expect(c.send({ event_type: 'tool_call' })).rejects.toThrow(/tool_name is required/)
+    await expect(c.llmCall('m', { inputTokens: 1.5, outputTokens: 0 }, { buffered: true })).rejects.toThrow(/inputTokens/)
+    await expect(c.start(undefined, { eventId: 'nope' })).rejects.toThrow(/event_id must be a UUID/)
+    await expect(c.end({ big: 'x'.repeat(17 * 1024) })).rejects.toThrow(/at most 16384 bytes/)
+    expect(c.pendingEvents).toBe(0)
+    expect(await c.toolCall('search')).toBe(true)
+    expect(c.pendingEvents).toBe(1)
+    expect(calls).toEqual([])
   })
 
   it('send() rejects with a TypeError for an event the server would refuse, before any request', async () => {

@@ -29,6 +29,11 @@ export interface Seen {
   action: Action['kind']
   /** the status the client was sent (undefined: none, the connection was cut) */
   status?: number
+  /** the server's answer (JSON), forwarded or not */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- JSON bodies, asserted field by field
+  answer?: any
+  /** the server's answer's headers */
+  headers?: Record<string, string>
 }
 
 export interface Proxy {
@@ -96,6 +101,12 @@ export async function startProxy(upstream: string): Promise<Proxy> {
       return
     }
     const answer = await forward(req, raw)
+    record.headers = answer.headers
+    try {
+      record.answer = answer.body.length ? JSON.parse(answer.body.toString('utf8')) : undefined
+    } catch {
+      record.answer = answer.body.toString('utf8')
+    }
     if (action.kind === 'cut') {
       req.socket.destroy()
       return
