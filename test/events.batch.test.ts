@@ -100,6 +100,18 @@ describe.each(modes)('POST /events/batch (%s)', (_mode, start) => {
     expect(await llmCalls(key)).toBe(0)
   })
 
+  it('refuses in its place an event larger than POST /events takes, and stores the others', async () => {
+    const key = await h.key(unique('u'))
+    const big = llmCall('a', { metadata: { blob: 'x'.repeat(70_000) } })
+    expect((await h.post('/events', big, key)).statusCode).toBe(413)
+    const res = await batch([llmCall('a'), big, llmCall('a')], key)
+    expect(res.statusCode).toBe(200)
+    const { results } = res.json()
+    expect(results.map((r: { ok: boolean }) => r.ok)).toEqual([true, false, true])
+    expect(results[1]).toMatchObject({ index: 1, status: 413, code: 'payload_too_large' })
+    expect(await llmCalls(key)).toBe(2)
+  })
+
   it("keeps users apart: another user's hold is refused in place, and each user sees only their own events", async () => {
     const alice = await h.key(unique('u'))
     const bob = await h.key(unique('u'))

@@ -4,7 +4,7 @@ import { Problem } from '../errors.ts'
 import { RateLimitedError, type RateState } from '../hot-state/types.ts'
 import type { IngestReply, IngestService } from '../ingest/service.ts'
 import { nanoToUsd } from '../money.ts'
-import { MAX_BATCH_BYTES, batchBody, eventBody, type EventBody } from '../schemas/event.ts'
+import { MAX_BATCH_BYTES, MAX_BODY_BYTES, batchBody, eventBody, type EventBody } from '../schemas/event.ts'
 import { parse, principal } from './parse.ts'
 import { rateHeaders, rateLimitedProblem, type RouteLimits } from './limits.ts'
 
@@ -20,8 +20,9 @@ export const eventsRoutes =
 
     /**
      * Up to 1,000 events in one request, each answered in its place: as POST /events answers
-     * it, or with its own problem (a 400 naming the event's index and field, a 429 past the
-     * key's budget, a 404 for another agent's hold), while the others are stored. Each valid
+     * it, or with its own problem (a 400 naming the event's index and field, a 413 for an
+     * event larger than POST /events takes, a 429 past the key's budget, a 404 for another
+     * agent's hold), while the others are stored. Each valid
      * event counts one against the key's budget of events, in order. A store that cannot
      * take them (Redis away, the journal full) fails the whole request, as POST /events
      * does: its retry stores nothing twice (event ids).
@@ -76,8 +77,13 @@ function eventAnswer(reply: IngestReply) {
   }
 }
 
-/** An event of a batch checked as POST /events checks one, its problem naming its index. */
+/**
+ * An event of a batch checked as POST /events checks one, its problem naming its index: its
+ * body limit too (an event larger than POST /events takes is 413 in its place).
+ */
 function parseAt(raw: unknown, index: number): EventBody | Problem {
+  const bytes = Buffer.byteLength(JSON.stringify(raw) ?? '')
+  if (bytes > MAX_BODY_BYTES) return new Problem('payload_too_large', `event ${index} is ${bytes} bytes as JSON; an event may be at most ${MAX_BODY_BYTES}`)
   try {
     return parse(eventBody, raw, 'invalid_body')
   } catch (err) {

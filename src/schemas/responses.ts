@@ -42,7 +42,7 @@ export const batchProblem = z.strictObject({
   index: z.number().int().describe("the event's place in the request, from 0"),
   type: z.string(),
   title: z.string(),
-  status: z.number().int().describe('400: the event is invalid (errors name events.<index>.<field>); 404: another agent\'s hold; 429: past the key\'s budget of events'),
+  status: z.number().int().describe('400: the event is invalid (errors name events.<index>.<field>); 413: the event is larger than POST /events takes (64 KiB as JSON); 404: another agent\'s hold; 429: past the key\'s budget of events'),
   code: z.string(),
   detail: z.string(),
   errors: z.array(z.strictObject({ field: z.string(), message: z.string() })).optional(),
