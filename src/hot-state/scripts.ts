@@ -70,9 +70,9 @@ const rate = z.strictObject({ max: z.number().int(), current: z.number().int(), 
 export type RateReply = z.output<typeof rate>
 const limited = z.strictObject({ limited: rate })
 
+// The counted answer first: almost every event's, and a union tries its options in order (a
+// failed try costs zod its issues).
 const recorded = z.union([
-  limited,
-  z.strictObject({ error: z.literal('HOLD_OF_ANOTHER_AGENT') }),
   z.strictObject({
     counted: z.boolean(),
     cost: int,
@@ -86,6 +86,8 @@ const recorded = z.union([
     fleet_exhausts: int.optional(),
     rate: rate.optional(),
   }),
+  limited,
+  z.strictObject({ error: z.literal('HOLD_OF_ANOTHER_AGENT') }),
 ])
 export type RecordedReply = z.output<typeof recorded>
 
