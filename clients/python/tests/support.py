@@ -137,9 +137,10 @@ class BurnrateServer:
                     self._ready.set()
         self._ready.set()  # exited: start() reports the output
 
-    def create_key(self, user: str) -> str:
+    def create_key(self, user: str, rate_limit: int = 100000) -> str:
+        """A key of `user`, allowed `rate_limit` events a minute (tests are not throttled by default)."""
         result = subprocess.run(
-            [self.node, "bin/burnrate.js", "keys", "create", "--user", user, "--rate-limit", "100000"],
+            [self.node, "bin/burnrate.js", "keys", "create", "--user", user, "--rate-limit", str(rate_limit)],
             cwd=REPO_ROOT,
             env=self._env(),
             stdin=subprocess.DEVNULL,
@@ -223,13 +224,16 @@ def dead_url() -> str:
 
 
 class Seen:
-    """One request as the proxy saw it."""
+    """One request as the proxy saw it, and the answer it got upstream (when forwarded)."""
 
     def __init__(self, method: str, path: str, body: Any, at: float) -> None:
         self.method = method
         self.path = path
         self.body = body
         self.at = at
+        self.status: Optional[int] = None
+        self.headers: Dict[str, str] = {}
+        self.answer: Any = None
 
 
 # A plan decides what the proxy does with the n-th request (1-based) of a method and path:
@@ -285,13 +289,17 @@ class Proxy:
         length = int(h.headers.get("content-length") or 0)
         raw = h.rfile.read(length) if length else b""
         path = h.path.split("?")[0]
+        seen = Seen(h.command, h.path, json.loads(raw) if raw else None, time.monotonic())
         with self._lock:
             key = (h.command, path)
             self._counts[key] = n = self._counts.get(key, 0) + 1
-            self.seen.append(Seen(h.command, h.path, json.loads(raw) if raw else None, time.monotonic()))
+            self.seen.append(seen)
         action = self.plan(h.command, path, n)
         if action in ("forward", "drop", "stall"):
             status, headers, body = self._forward(h, raw)
+            with self._lock:
+                seen.status, seen.headers = status, {k.lower(): v for k, v in headers.items()}
+                seen.answer = json.loads(body) if body else None
             if action == "stall":
                 time.sleep(STALL_SECONDS)
             if action != "forward":

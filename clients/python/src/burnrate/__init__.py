@@ -7,6 +7,7 @@
         ...  # over budget: stop
 """
 
+from ._buffer import Buffer
 from ._version import __version__
 from .aio import AsyncBurnrate, AsyncGuard
 from .client import Burnrate, FailMode, Guard, OnAlert, OnError
@@ -25,6 +26,7 @@ from .usage import (
 __all__ = [
     "AsyncBurnrate",
     "AsyncGuard",
+    "Buffer",
     "Burnrate",
     "BurnrateError",
     "FailMode",

@@ -12,7 +12,8 @@ import time
 import urllib.error
 import urllib.request
 from datetime import datetime, timezone
-from typing import Any, Dict, Mapping, Optional
+from email.message import Message
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ._version import __version__
 from .errors import BurnrateError
@@ -31,7 +32,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-def _parse_retry_after(value: Optional[str]) -> Optional[float]:
+def parse_retry_after(value: Optional[str]) -> Optional[float]:
     """Retry-After is delay-seconds or an HTTP-date (RFC 9110 section 10.2.3)."""
     if not value:
         return None
@@ -75,6 +76,10 @@ class Transport:
         self._base_delay = retry_base_delay
         self._max_delay = retry_max_delay
 
+    @property
+    def max_retries(self) -> int:
+        return self._max_retries
+
     def request(
         self,
         operation: str,
@@ -82,26 +87,50 @@ class Transport:
         path: str,
         body: Optional[Mapping[str, Any]] = None,
         event_id: Optional[str] = None,
+        deadline: Optional[float] = None,
     ) -> Dict[str, Any]:
         """Send one request, retrying what may succeed later; the JSON answer or BurnrateError.
 
         The body is serialised once, so every attempt of an event carries the same event_id.
         """
         data = None if body is None else json.dumps(body, default=str).encode("utf-8")
+        return self.exchange(operation, method, path, data, event_id=event_id, deadline=deadline)[0]
+
+    def exchange(
+        self,
+        operation: str,
+        method: str,
+        path: str,
+        data: Optional[bytes],
+        *,
+        event_id: Optional[str] = None,
+        deadline: Optional[float] = None,
+    ) -> Tuple[Dict[str, Any], Optional[Message]]:
+        """``request`` with a body already serialised, answering the JSON and the answer's
+        headers (a batch's Retry-After comes with a 200). ``deadline`` (time.monotonic()):
+        no attempt waits past it and no retry starts that would end after it."""
         attempt = 0
         while True:
             attempt += 1
+            timeout = self._timeout
+            if deadline is not None:
+                # The first attempt always goes; a short one still gets a chance to answer.
+                timeout = max(0.05, min(timeout, deadline - time.monotonic()))
             try:
-                return self._once(operation, method, path, data, event_id)
+                return self._once(operation, method, path, data, event_id, timeout)
             except BurnrateError as err:
                 err.attempts = attempt
                 if not err.retryable or attempt > self._max_retries:
                     raise
-                delay = self._delay(attempt, err.retry_after)
+                delay = self.delay(attempt, err.retry_after)
+                if deadline is not None and time.monotonic() + delay >= deadline:
+                    raise
                 logger.debug("burnrate: %s %s failed (%s); retry %d in %.2fs", method, path, err, attempt, delay)
                 time.sleep(delay)
 
-    def _delay(self, attempt: int, retry_after: Optional[float]) -> float:
+    def delay(self, attempt: int, retry_after: Optional[float]) -> float:
+        """How long to wait before retry ``attempt`` (1-based): the server's Retry-After when it
+        gave one, else exponential backoff; at most retry_max_delay."""
         if retry_after is not None:
             # The server said when; a little jitter keeps a fleet from returning in step.
             return min(self._max_delay, retry_after * random.uniform(1.0, 1.1))
@@ -110,8 +139,8 @@ class Transport:
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     def _once(
-        self, operation: str, method: str, path: str, data: Optional[bytes], event_id: Optional[str]
-    ) -> Dict[str, Any]:
+        self, operation: str, method: str, path: str, data: Optional[bytes], event_id: Optional[str], timeout: float
+    ) -> Tuple[Dict[str, Any], Optional[Message]]:
         headers = {
             "x-api-key": self._api_key,
             "accept": "application/json",
@@ -122,8 +151,8 @@ class Transport:
         req = urllib.request.Request(self._base_url + path, data=data, headers=headers, method=method)
         opener = urllib.request.build_opener(_NoRedirect)
         try:
-            with opener.open(req, timeout=self._timeout) as resp:
-                status, raw = resp.status, resp.read()
+            with opener.open(req, timeout=timeout) as resp:
+                status, raw, headers = resp.status, resp.read(), resp.headers
         except urllib.error.HTTPError as err:
             raise self._http_error(operation, method, path, err, event_id) from err
         except (OSError, http.client.HTTPException) as err:
@@ -148,7 +177,7 @@ class Transport:
                 status=status,
                 event_id=event_id,
             )
-        return parsed
+        return parsed, headers
 
     def _http_error(
         self, operation: str, method: str, path: str, err: urllib.error.HTTPError, event_id: Optional[str]
@@ -164,7 +193,7 @@ class Transport:
                 code = problem["code"]
             if isinstance(problem.get("detail"), str):
                 detail = problem["detail"]
-        retry_after = _parse_retry_after(err.headers.get("retry-after")) if err.headers else None
+        retry_after = parse_retry_after(err.headers.get("retry-after")) if err.headers else None
         message = "%s %s: HTTP %d %s%s" % (method, path, err.code, code, ": " + detail if detail else "")
         return BurnrateError(
             message,

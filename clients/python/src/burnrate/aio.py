@@ -8,8 +8,10 @@ import inspect
 import time
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, Type, TypeVar, Union
 
+from . import usage as _usage
+from ._buffer import Buffer
 from .client import Burnrate, FailMode, Guard, OnAlert, OnError, _hold_body
 
 if TYPE_CHECKING:  # typing_extensions for Python 3.9, read by type checkers only (no runtime dependency)
@@ -21,6 +23,7 @@ R = TypeVar("R")
 
 class _DeferredBurnrate(Burnrate):
     _CONFIGURE_ON_INIT = False
+    _LOOP_FLUSHER = True
 
 
 class AsyncBurnrate:
@@ -28,6 +31,10 @@ class AsyncBurnrate:
 
     The constructor does no I/O; the config (when a threshold or webhook is given) is
     sent by ``await client.configure()`` if you call it, else before the first event.
+
+    With ``buffer``, a buffered call queues its event and returns at once (no thread hop);
+    a task on the running loop sends the batches. ``await client.close()`` (or ``async with``)
+    flushes what is left.
     """
 
     def __init__(
@@ -46,6 +53,7 @@ class AsyncBurnrate:
         on_alert: Optional[OnAlert] = None,
         retry_base_delay: float = 0.5,
         retry_max_delay: float = 30.0,
+        buffer: Union[bool, Buffer, None] = None,
     ) -> None:
         self._client = _DeferredBurnrate(
             base_url=base_url,
@@ -61,6 +69,7 @@ class AsyncBurnrate:
             on_alert=on_alert,
             retry_base_delay=retry_base_delay,
             retry_max_delay=retry_max_delay,
+            buffer=buffer,
         )
 
     @property
@@ -96,6 +105,14 @@ class AsyncBurnrate:
     def projected_exhaustion_at(self) -> Optional[datetime]:
         return self._client.projected_exhaustion_at
 
+    @property
+    def buffer(self) -> Optional[Buffer]:
+        return self._client.buffer
+
+    @property
+    def pending_events(self) -> int:
+        return self._client.pending_events
+
     def __repr__(self) -> str:
         return "Async" + repr(self._client)
 
@@ -103,11 +120,15 @@ class AsyncBurnrate:
         """Send the config now; True if it is in place (or there is none)."""
         return await asyncio.to_thread(self._client._ensure_config)
 
-    async def send(self, event: Mapping[str, Any]) -> bool:
+    async def send(self, event: Mapping[str, Any], *, buffered: Optional[bool] = None) -> bool:
+        """Burnrate.send; a buffered event is queued here, in the loop's thread, without I/O."""
+        queued = self._client._buffer(event, buffered)
+        if queued is not None:
+            return queued
         self._client._event_body(event)  # a programming error raises, paused or not
         if self._client.paused:  # answer without a thread hop once stopped
             return False
-        return await asyncio.to_thread(self._client.send, event)
+        return await asyncio.to_thread(self._client.send, event, buffered=False)
 
     async def llm_call(
         self,
@@ -116,32 +137,71 @@ class AsyncBurnrate:
         output_tokens: int,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        *,
+        buffered: bool = False,
         **extra: Any,
     ) -> bool:
-        return await asyncio.to_thread(
-            self._client.llm_call, model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, **extra
+        return await self.send(
+            _usage.llm_call_event(model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, **extra),
+            buffered=buffered,
         )
 
-    async def tool_call(self, tool_name: str, metadata: Optional[Mapping[str, Any]] = None) -> bool:
-        return await asyncio.to_thread(self._client.tool_call, tool_name, metadata)
+    async def tool_call(self, tool_name: str, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
+        return await self.send(_usage.tool_call_event(tool_name, metadata), buffered=buffered)
 
-    async def start(self, metadata: Optional[Mapping[str, Any]] = None) -> bool:
-        return await asyncio.to_thread(self._client.start, metadata)
+    async def start(self, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
+        return await self.send(_usage.start_event(metadata), buffered=buffered)
 
-    async def end(self, metadata: Optional[Mapping[str, Any]] = None) -> bool:
-        return await asyncio.to_thread(self._client.end, metadata)
+    async def end(self, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
+        """Burnrate.end: with the buffer on, agent_end is queued and the buffer flushed."""
+        event = _usage.end_event(metadata)
+        client, batcher = self._client, self._client._batcher
+        if batcher is None or batcher.closed:
+            return await self.send(event, buffered=False)
+        if buffered is False:
+            await self.flush()
+            return await self.send(event, buffered=False)
+        queued = client._buffer(event, True)
+        if queued is None:  # closed meanwhile
+            return await self.send(event, buffered=False)
+        delivered = await self.flush()
+        if client.paused:
+            return False
+        return queued and client._go_on(delivered)
 
-    async def from_openai_chat(self, model: str, usage: Any, **extra: Any) -> bool:
-        return await asyncio.to_thread(self._client.from_openai_chat, model, usage, **extra)
+    async def from_openai_chat(self, model: str, usage: Any, *, buffered: bool = False, **extra: Any) -> bool:
+        return await self.send(_usage.from_openai_chat(model, usage, **extra), buffered=buffered)
 
-    async def from_openai_responses(self, model: str, usage: Any, **extra: Any) -> bool:
-        return await asyncio.to_thread(self._client.from_openai_responses, model, usage, **extra)
+    async def from_openai_responses(self, model: str, usage: Any, *, buffered: bool = False, **extra: Any) -> bool:
+        return await self.send(_usage.from_openai_responses(model, usage, **extra), buffered=buffered)
 
-    async def from_usage(self, provider: str, model: str, usage: Any, api_flavor: Optional[str] = None, **extra: Any) -> bool:
-        return await asyncio.to_thread(self._client.from_usage, provider, model, usage, api_flavor, **extra)
+    async def from_usage(
+        self, provider: str, model: str, usage: Any, api_flavor: Optional[str] = None, *, buffered: bool = False, **extra: Any
+    ) -> bool:
+        return await self.send(_usage.from_usage(provider, model, usage, api_flavor, **extra), buffered=buffered)
 
-    async def from_anthropic(self, model: str, usage: Any, **extra: Any) -> bool:
-        return await asyncio.to_thread(self._client.from_anthropic, model, usage, **extra)
+    async def from_anthropic(self, model: str, usage: Any, *, buffered: bool = False, **extra: Any) -> bool:
+        return await self.send(_usage.from_anthropic(model, usage, **extra), buffered=buffered)
+
+    async def flush(self, timeout: Optional[float] = None) -> bool:
+        """Burnrate.flush, awaitable (the requests run in asyncio.to_thread)."""
+        if self._client.pending_events == 0:
+            return True
+        return await asyncio.to_thread(self._client.flush, timeout)
+
+    async def close(self, timeout: Optional[float] = None) -> bool:
+        """Burnrate.close, awaitable: flush what is left and turn the buffer off."""
+        if self._client._batcher is None:
+            return True
+        return await asyncio.to_thread(self._client.close, timeout)
+
+    async def __aenter__(self) -> AsyncBurnrate:
+        return self
+
+    async def __aexit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        await self.close()
 
     def guard(
         self, *, model: str, input_tokens: int, max_output_tokens: int, ttl_seconds: Optional[int] = None

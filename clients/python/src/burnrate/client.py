@@ -13,9 +13,10 @@ import urllib.parse
 import uuid
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Type, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, Optional, Sequence, Tuple, Type, TypeVar, Union
 
 from . import usage as _usage
+from ._buffer import Batcher, Buffer
 from ._transport import Transport
 from .errors import BurnrateError
 
@@ -65,6 +66,11 @@ def _tokens(name: str, value: Any) -> int:
     return value
 
 
+# What the buffered mode queues unless told otherwise: events whose answer the agent does not
+# wait for. An llm_call's answer says whether the agent may go on: it is sent at once.
+_BUFFERED_TYPES = frozenset({"tool_call", "agent_start", "agent_end"})
+
+
 def _usd(value: Any) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
@@ -78,10 +84,16 @@ class Burnrate:
     ``fail_mode="open"`` (the default) it returns True and reports the error to
     ``on_error`` (default: a warning on the ``burnrate`` logger); with ``"closed"`` it
     returns False.
+
+    With ``buffer`` (``True`` or a ``Buffer``), tool calls, starts, ends and events sent with
+    ``buffered=True`` are queued and sent together (POST /events/batch) by a daemon thread;
+    see ``Buffer``, ``flush`` and ``close``.
     """
 
     # AsyncBurnrate sets this to False: it must not block the event loop in __init__.
     _CONFIGURE_ON_INIT = True
+    # AsyncBurnrate sets this to True: its buffer is flushed by a task on the running loop.
+    _LOOP_FLUSHER = False
 
     def __init__(
         self,
@@ -99,6 +111,7 @@ class Burnrate:
         on_alert: Optional[OnAlert] = None,
         retry_base_delay: float = 0.5,
         retry_max_delay: float = 30.0,
+        buffer: Union[bool, Buffer, None] = None,
     ) -> None:
         if not isinstance(base_url, str):
             raise ValueError("base_url must be a string")
@@ -136,6 +149,12 @@ class Burnrate:
             ):
                 raise ValueError("alert_at must hold at most %d distinct numbers between 0 and 1 (exclusive), got %r" % (MAX_ALERT_LEVELS, alert_at))
             alert_at = levels
+        if buffer is True:
+            buffer = Buffer()
+        elif buffer is False:
+            buffer = None
+        elif buffer is not None and not isinstance(buffer, Buffer):
+            raise ValueError("buffer must be True, False, None or a burnrate.Buffer, got %r" % (buffer,))
 
         self._agent_id = agent_id
         self._fail_mode = fail_mode
@@ -168,6 +187,8 @@ class Burnrate:
         self._ignoring_pause = False
         self._last_response: Optional[Dict[str, Any]] = None
         self._config_pending = self._config is not None
+        self._config_failed = False  # its last attempt failed: fail_mode="closed" stops
+        self._batcher = None if buffer is None else Batcher(self, buffer, loop_flusher=self._LOOP_FLUSHER)
 
         if self._CONFIGURE_ON_INIT:
             self._ensure_config()
@@ -223,14 +244,50 @@ class Burnrate:
         at = None if last is None else last.get("projected_exhaustion_at")
         return None if at is None else datetime.fromisoformat(at.replace("Z", "+00:00"))
 
+    @property
+    def buffer(self) -> Optional[Buffer]:
+        """The buffered mode's options; None when it is off."""
+        return None if self._batcher is None else self._batcher.options
+
+    @property
+    def pending_events(self) -> int:
+        """Buffered events not yet answered by burnrate (queued, or in the batch in flight)."""
+        return 0 if self._batcher is None else self._batcher.pending
+
     def __repr__(self) -> str:
         return "Burnrate(agent_id=%r, paused=%r, fail_mode=%r)" % (self._agent_id, self.paused, self._fail_mode)
 
     # -- sending -------------------------------------------------------------------------
 
-    def send(self, event: Mapping[str, Any]) -> bool:
-        """Post one event (POST /events fields without agent_id). True: the agent may go on."""
-        return self._send(event)[0]
+    def send(self, event: Mapping[str, Any], *, buffered: Optional[bool] = None) -> bool:
+        """Post one event (POST /events fields without agent_id). True: the agent may go on.
+
+        With the buffer on, ``buffered`` says whether the event is queued (True) or sent at
+        once (False); None: tool_call, agent_start and agent_end are queued, llm_call is sent
+        at once. Without a buffer every event is sent at once."""
+        queued = self._buffer(event, buffered)
+        return self._send(event)[0] if queued is None else queued
+
+    def _buffer(self, event: Mapping[str, Any], buffered: Optional[bool]) -> Optional[bool]:
+        """Queue the event if it is for the buffer: what send() returns for it, without waiting
+        for the network; None when it is to be sent at once."""
+        batcher = self._batcher
+        if batcher is None or buffered is False:
+            return None
+        body = self._event_body(event)  # a programming error raises, paused or not
+        if buffered is None and body.get("event_type") not in _BUFFERED_TYPES:
+            return None
+        if self.paused:
+            return False  # After paused = true the client sends nothing more.
+        if body.get("event_id") is None:
+            # Its id from the start: a batch sent again counts it once.
+            body["event_id"] = str(uuid.uuid4())
+        queued = batcher.add(body)
+        if queued is None:
+            return None  # closed: sent alone
+        if not queued:
+            return self._fail_mode == "open"  # dropped (and reported): as if burnrate had failed
+        return self._go_on(batcher.healthy)
 
     def _send(self, event: Mapping[str, Any]) -> Tuple[bool, bool]:
         """send(), and whether burnrate acknowledged the event: a guard whose report was not
@@ -260,13 +317,7 @@ class Burnrate:
         except BurnrateError as err:
             self._report(err)
             return self._fail_mode == "open", False
-        self._learn(answer, event=True)
-        alerts = answer.get("alerts")
-        if self._on_alert is not None and isinstance(alerts, list) and alerts:
-            try:
-                self._on_alert(list(alerts), answer)
-            except Exception:  # the agent must not crash because its alert callback did
-                logger.exception("burnrate: the on_alert callback raised")
+        self._answered(answer)
         if answer["paused"]:
             return False, True
         # Fail-closed means: go on only with the budget known to be in place.
@@ -298,37 +349,83 @@ class Burnrate:
         output_tokens: int,
         cache_read_tokens: int = 0,
         cache_write_tokens: int = 0,
+        *,
+        buffered: bool = False,
         **extra: Any,
     ) -> bool:
-        """Send an llm_call event; ``extra`` adds event fields such as metadata."""
+        """Send an llm_call event; ``extra`` adds event fields such as metadata. ``buffered``:
+        queue it (with the buffer on) for a call reported after the fact, whose answer the
+        agent does not wait for."""
         return self.send(
-            _usage.llm_call_event(model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, **extra)
+            _usage.llm_call_event(model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, **extra),
+            buffered=buffered,
         )
 
-    def tool_call(self, tool_name: str, metadata: Optional[Mapping[str, Any]] = None) -> bool:
-        return self.send(_usage.tool_call_event(tool_name, metadata))
+    def tool_call(self, tool_name: str, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
+        return self.send(_usage.tool_call_event(tool_name, metadata), buffered=buffered)
 
-    def start(self, metadata: Optional[Mapping[str, Any]] = None) -> bool:
-        return self.send(_usage.start_event(metadata))
+    def start(self, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
+        return self.send(_usage.start_event(metadata), buffered=buffered)
 
-    def end(self, metadata: Optional[Mapping[str, Any]] = None) -> bool:
-        return self.send(_usage.end_event(metadata))
+    def end(self, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
+        """Send agent_end. With the buffer on it is queued behind the others and the buffer is
+        flushed: this returns once burnrate answered them (or could not be reached)."""
+        event = _usage.end_event(metadata)
+        batcher = self._batcher
+        if batcher is None or batcher.closed:
+            return self.send(event, buffered=False)
+        if buffered is False:
+            batcher.flush()
+            return self.send(event, buffered=False)
+        queued = self._buffer(event, True)
+        if queued is None:  # closed meanwhile
+            return self.send(event, buffered=False)
+        delivered = batcher.flush()
+        if self.paused:
+            return False
+        return queued and self._go_on(delivered)
 
-    def from_openai_chat(self, model: str, usage: Any, **extra: Any) -> bool:
+    def from_openai_chat(self, model: str, usage: Any, *, buffered: bool = False, **extra: Any) -> bool:
         """Send the llm_call of an OpenAI Chat Completions ``response.usage``."""
-        return self.send(_usage.from_openai_chat(model, usage, **extra))
+        return self.send(_usage.from_openai_chat(model, usage, **extra), buffered=buffered)
 
-    def from_openai_responses(self, model: str, usage: Any, **extra: Any) -> bool:
+    def from_openai_responses(self, model: str, usage: Any, *, buffered: bool = False, **extra: Any) -> bool:
         """Send the llm_call of an OpenAI Responses API ``response.usage``."""
-        return self.send(_usage.from_openai_responses(model, usage, **extra))
+        return self.send(_usage.from_openai_responses(model, usage, **extra), buffered=buffered)
 
-    def from_usage(self, provider: str, model: str, usage: Any, api_flavor: Optional[str] = None, **extra: Any) -> bool:
+    def from_usage(
+        self, provider: str, model: str, usage: Any, api_flavor: Optional[str] = None, *, buffered: bool = False, **extra: Any
+    ) -> bool:
         """Send the llm_call of any provider's usage object (provider: the price library's id)."""
-        return self.send(_usage.from_usage(provider, model, usage, api_flavor, **extra))
+        return self.send(_usage.from_usage(provider, model, usage, api_flavor, **extra), buffered=buffered)
 
-    def from_anthropic(self, model: str, usage: Any, **extra: Any) -> bool:
+    def from_anthropic(self, model: str, usage: Any, *, buffered: bool = False, **extra: Any) -> bool:
         """Send the llm_call of an Anthropic ``message.usage``."""
-        return self.send(_usage.from_anthropic(model, usage, **extra))
+        return self.send(_usage.from_anthropic(model, usage, **extra), buffered=buffered)
+
+    # -- the buffer ----------------------------------------------------------------------
+
+    def flush(self, timeout: Optional[float] = None) -> bool:
+        """Send the buffered events now and wait for burnrate's answer. True once every event
+        queued before the call is answered (stored, or refused and reported); False if some
+        are still queued (burnrate unreachable, the key's budget spent after max_retries waits
+        of Retry-After, or ``timeout`` seconds passed): the flusher sends them later. True
+        without a buffer."""
+        return True if self._batcher is None else self._batcher.flush(timeout)
+
+    def close(self, timeout: Optional[float] = None) -> bool:
+        """Flush the buffer (within ``timeout`` seconds, if given) and turn it off: events left
+        unsent are dropped and reported, and later events are sent one by one. True if nothing
+        was left. Nothing to do without a buffer."""
+        return True if self._batcher is None else self._batcher.close(timeout)
+
+    def __enter__(self) -> Burnrate:
+        return self
+
+    def __exit__(
+        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+    ) -> None:
+        self.close()
 
     # -- budget holds --------------------------------------------------------------------
 
@@ -413,7 +510,7 @@ class Burnrate:
 
     # -- internals -----------------------------------------------------------------------
 
-    def _ensure_config(self) -> bool:
+    def _ensure_config(self, deadline: Optional[float] = None) -> bool:
         """POST /config until it succeeds once. True if the config is in place."""
         with self._lock:
             if not self._config_pending:
@@ -423,13 +520,35 @@ class Burnrate:
                 if not self._config_pending:
                     return True  # another thread sent it while this one waited
             try:
-                self._transport.request("config", "POST", "/config", self._config)
+                self._transport.request("config", "POST", "/config", self._config, deadline=deadline)
             except BurnrateError as err:
+                with self._lock:
+                    self._config_failed = True
                 self._report(err)
                 return False
             with self._lock:
                 self._config_pending = False
+                self._config_failed = False
             return True
+
+    def _go_on(self, delivered: bool) -> bool:
+        """What a buffered call answers while the agent is not paused: fail-open goes on;
+        fail-closed goes on only while burnrate takes the events and the budget is in place."""
+        if self._fail_mode == "open":
+            return True
+        with self._lock:
+            return delivered and not self._config_failed
+
+    def _answered(self, answer: Dict[str, Any]) -> None:
+        """An event's answer (POST /events, or its place in a batch): kept, its pause learnt,
+        the alert levels it crossed told."""
+        self._learn(answer, event=True)
+        alerts = answer.get("alerts")
+        if self._on_alert is not None and isinstance(alerts, list) and alerts:
+            try:
+                self._on_alert(list(alerts), answer)
+            except Exception:  # the agent must not crash because its alert callback did
+                logger.exception("burnrate: the on_alert callback raised")
 
     def _learn(self, answer: Dict[str, Any], *, event: bool) -> None:
         """Keep what an answer to POST /events (``event``) or POST /holds says, in one step: a
@@ -587,6 +706,9 @@ class Guard:
             raise RuntimeError("this guard was refused (%s): no call may be reported under it" % self.reason)
         if "hold_id" in extra:
             raise TypeError("hold_id is the guard's own; report other holds with the client")
+        if "buffered" in extra:
+            # Its hold is settled by the answer, which the guard waits for.
+            raise TypeError("a guard's report is sent at once: buffered is for the client's own calls")
         return extra if self.hold_id is None else dict(extra, hold_id=self.hold_id)
 
     def _send(self, event: Mapping[str, Any]) -> bool:
