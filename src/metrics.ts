@@ -1,7 +1,9 @@
 import { createServer, type Server } from 'node:http'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
 import { PAUSE_REASONS } from './hot-state/meters.ts'
-import { isFleet, type AgentRef, type BudgetAlert, type PauseReason, type Transition } from './hot-state/types.ts'
+import { isFleet, type AgentRef } from './hot-state/agent-ref.ts'
+import { type PauseReason } from './hot-state/meters.ts'
+import { type BudgetAlert, type Transition } from './hot-state/types.ts'
 import { backlogAgeSeconds, type JournalBacklog } from './journal/types.ts'
 
 /**

@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto'
 import type { Nano } from '../money.ts'
 import { inWindow } from '../window.ts'
-import { agentKey } from './types.ts'
+import { agentKey } from './agent-ref.ts'
 
 /**
  * The event ids of the window, with the cost each was counted at, in at most 64 bytes per

@@ -12,38 +12,9 @@ import { HoldBook, holdOfAnotherAgent, type OpenHold } from './holds.ts'
 import { exhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
 import { RollingWindow } from './window.ts'
-import {
-  DEFAULT_IGNORE_GRACE_MS,
-  NOT_IGNORED,
-  RUNNING,
-  RateLimitedError,
-  SYSTEM_ACTOR,
-  agentBudget,
-  agentKey,
-  defaultPolicy,
-  fleetOf,
-  isFleet,
-  refOf,
-  type AgentPolicy,
-  type AgentRef,
-  type AgentSnapshot,
-  type BudgetAlert,
-  type HoldRequest,
-  type HoldResult,
-  type HotState,
-  type Ignored,
-  type IgnoredPause,
-  type ListedAgent,
-  type PauseState,
-  type RateCharge,
-  type RateState,
-  type RecordEvent,
-  type RecordInput,
-  type RecordResult,
-  type ReleasedHold,
-  type Restore,
-  type Transition,
-} from './types.ts'
+import { agentKey, fleetOf, isFleet, refOf, type AgentRef } from './agent-ref.ts'
+import { agentBudget, defaultPolicy, type AgentPolicy } from './meters.ts'
+import { DEFAULT_IGNORE_GRACE_MS, NOT_IGNORED, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type Ignored, type IgnoredPause, type ListedAgent, type PauseState, type RateCharge, type RateState, type RecordEvent, type RecordInput, type RecordResult, type ReleasedHold, type Restore, type Transition } from './types.ts'
 
 interface AgentEntry {
   window: RollingWindow

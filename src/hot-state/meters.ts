@@ -1,15 +1,79 @@
+import { z } from 'zod'
 import type { Nano } from '../money.ts'
 import { minuteOf } from '../window.ts'
-import type { AgentPolicy, PauseReason } from './types.ts'
+import { isFleet, type AgentRef } from './agent-ref.ts'
+
+// A policy, and the meters it yields. Whatever a config says about money (a daily budget,
+// a velocity limit), the budget rules see a list of meters: each a limit on what is spent
+// within a window. The rules (policy.ts, and its mirror in lua/rules.lua) loop over the
+// meters and know nothing of the kinds; a kind is one entry of METER_KINDS below, which says
+// how a policy yields it, plus the policy field that feeds it. A pause names the meter that
+// caused it (PauseState.reason).
 
 /**
- * Budgets as meters. Whatever a config says about money (a daily budget, a velocity limit),
- * the budget rules see a list of meters: each a limit on what is spent within a window.
- * The rules (policy.ts, and its mirror in lua/rules.lua) loop over the meters and know
- * nothing of the kinds; a kind is one entry of METER_KINDS below, which says how a config
- * yields it and how its window is resolved for a moment. A pause names the meter that
- * caused it (PauseState.reason).
+ * What a config says about an agent's budget, or its fleet's: the fields POST /config sets.
+ * The budget rules see it as meters (metersOf).
  */
+export interface AgentPolicy {
+  /** The rolling 24 h budget; null: none (a fleet without a config). */
+  thresholdNano: Nano | null
+  autoResume: boolean
+  webhookUrl: string | null
+  /** Alert levels, fractions of the threshold in (0, 1), ascending, at most five. */
+  alertAt: readonly number[]
+  /** Over this much within `velocityWindowMinutes`, a pause; null: none. */
+  velocityLimitNano: Nano | null
+  /** The velocity limit's window, 1 to 60 minutes (kept while there is no limit, as it was set). */
+  velocityWindowMinutes: number
+}
+
+/** An AgentPolicy as JSON keeps it (the Redis hot state stores it so), checked when read back. */
+export const agentPolicyJson = z.strictObject({
+  thresholdNano: z.number().int().nullable(),
+  autoResume: z.boolean(),
+  webhookUrl: z.string().nullable(),
+  alertAt: z.array(z.number()),
+  velocityLimitNano: z.number().int().nullable(),
+  velocityWindowMinutes: z.number().int(),
+}) satisfies z.ZodType<AgentPolicy>
+
+export const DEFAULT_VELOCITY_WINDOW_MINUTES = 5
+
+export const DEFAULT_ALERT_AT: readonly number[] = Object.freeze([0.8])
+
+/** 10 USD a day: the budget of an agent without a config. */
+export const DEFAULT_THRESHOLD_NANO: Nano = 10_000_000_000
+
+export const DEFAULT_POLICY: AgentPolicy = Object.freeze({
+  thresholdNano: DEFAULT_THRESHOLD_NANO,
+  autoResume: false,
+  webhookUrl: null,
+  alertAt: DEFAULT_ALERT_AT,
+  velocityLimitNano: null,
+  velocityWindowMinutes: DEFAULT_VELOCITY_WINDOW_MINUTES,
+})
+
+/** A fleet without a config has no budget and no alert levels: it never pauses by itself. */
+export const FLEET_DEFAULT_POLICY: AgentPolicy = Object.freeze({
+  ...DEFAULT_POLICY,
+  thresholdNano: null,
+  alertAt: Object.freeze([]) as readonly number[],
+})
+
+export function defaultPolicy(ref: AgentRef): AgentPolicy {
+  return isFleet(ref) ? FLEET_DEFAULT_POLICY : DEFAULT_POLICY
+}
+
+/** An agent's daily budget: every agent has one (the default without a config); only a fleet may have none. */
+export function agentBudget(policy: AgentPolicy): Nano {
+  if (policy.thresholdNano === null) throw new Error('an agent has a daily budget')
+  return policy.thresholdNano
+}
+
+/** Why a state is paused: the meter that paused it, or by hand. */
+export type PauseReason = MeterId | 'manual'
+
+/** A limit on what a window holds: what one of METER_KINDS yields for a policy. */
 export interface Meter {
   id: MeterId
   limitNano: Nano

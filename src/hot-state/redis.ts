@@ -12,35 +12,9 @@ import { holdOfAnotherAgent } from './holds.ts'
 import { budgetMeter, metersOf, pauseReasonOf, resolveMeters, type ResolvedMeter } from './meters.ts'
 import { holdRoom, levelsReached, pausedBy, type Judged } from './policy.ts'
 import { isControl, isControlReply, isMissingLibrary, loadLibrary, parseReply, queueScript, type Control, type LuaMeter, type ScriptName, type ScriptResult, type RateReply, type RecordedReply, type StateArgs, type TransitionReply } from './scripts.ts'
-import {
-  DEFAULT_IGNORE_GRACE_MS,
-  RUNNING,
-  RateLimitedError,
-  SYSTEM_ACTOR,
-  agentBudget,
-  agentKey,
-  agentPolicyJson,
-  defaultPolicy,
-  fleetOf,
-  isFleet,
-  type AgentLoad,
-  type AgentLoader,
-  type AgentPolicy,
-  type AgentRef,
-  type AgentSnapshot,
-  type BudgetAlert,
-  type HoldRequest,
-  type HoldResult,
-  type HotState,
-  type ListedAgent,
-  type PauseState,
-  type RateCharge,
-  type RateState,
-  type RecordEvent,
-  type RecordResult,
-  type ReleasedHold,
-  type Transition,
-} from './types.ts'
+import { agentKey, fleetOf, isFleet, type AgentRef } from './agent-ref.ts'
+import { agentBudget, agentPolicyJson, defaultPolicy, type AgentPolicy } from './meters.ts'
+import { DEFAULT_IGNORE_GRACE_MS, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentLoad, type AgentLoader, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type ListedAgent, type PauseState, type RateCharge, type RateState, type RecordEvent, type RecordResult, type ReleasedHold, type Transition } from './types.ts'
 
 /** The agents of a user with events in the window, as ClickHouse has them (for a lost index). */
 export type UserAgentsLoader = (userId: string, now: number) => Promise<string[]>

@@ -1,99 +1,8 @@
-import { z } from 'zod'
 import type { Fingerprint } from './dedup.ts'
-import type { MeterId } from './meters.ts'
+import type { AgentRef } from './agent-ref.ts'
+import type { AgentPolicy, MeterId, PauseReason } from './meters.ts'
 import type { Nano } from '../money.ts'
-import type { EventRow } from '../storage/events.ts'
-
-/**
- * What a config says about an agent's budget, or its fleet's: the fields POST /config sets.
- * The budget rules see it as meters (meters.ts metersOf).
- */
-export interface AgentPolicy {
-  /** The rolling 24 h budget; null: none (a fleet without a config). */
-  thresholdNano: Nano | null
-  autoResume: boolean
-  webhookUrl: string | null
-  /** Alert levels, fractions of the threshold in (0, 1), ascending, at most five. */
-  alertAt: readonly number[]
-  /** Over this much within `velocityWindowMinutes`, a pause; null: none. */
-  velocityLimitNano: Nano | null
-  /** The velocity limit's window, 1 to 60 minutes (kept while there is no limit, as it was set). */
-  velocityWindowMinutes: number
-}
-
-/** An AgentPolicy as JSON keeps it (the Redis hot state stores it so), checked when read back. */
-export const agentPolicyJson = z.strictObject({
-  thresholdNano: z.number().int().nullable(),
-  autoResume: z.boolean(),
-  webhookUrl: z.string().nullable(),
-  alertAt: z.array(z.number()),
-  velocityLimitNano: z.number().int().nullable(),
-  velocityWindowMinutes: z.number().int(),
-}) satisfies z.ZodType<AgentPolicy>
-
-export const DEFAULT_VELOCITY_WINDOW_MINUTES = 5
-
-export const DEFAULT_ALERT_AT: readonly number[] = Object.freeze([0.8])
-
-/** 10 USD a day: the budget of an agent without a config. */
-export const DEFAULT_THRESHOLD_NANO: Nano = 10_000_000_000
-
-export const DEFAULT_POLICY: AgentPolicy = Object.freeze({
-  thresholdNano: DEFAULT_THRESHOLD_NANO,
-  autoResume: false,
-  webhookUrl: null,
-  alertAt: DEFAULT_ALERT_AT,
-  velocityLimitNano: null,
-  velocityWindowMinutes: DEFAULT_VELOCITY_WINDOW_MINUTES,
-})
-
-/**
- * The fleet of a user, the budget of all of their agents together, is kept as the agent of
- * id '' of that user, which no event can name (an agent id has 1 to 128 characters): its
- * window sums every agent's events, its config, transitions and alerts are rows of the same
- * tables with agent_id '', its Redis keys are named as an agent's. Only its default policy
- * (no budget, no alert levels) and the API's words for it differ.
- */
-export const FLEET = ''
-
-export function fleetOf(userId: string): AgentRef {
-  return { userId, agentId: FLEET }
-}
-
-export function isFleet(ref: AgentRef): boolean {
-  return ref.agentId === FLEET
-}
-
-/** A fleet without a config has no budget and no alert levels: it never pauses by itself. */
-export const FLEET_DEFAULT_POLICY: AgentPolicy = Object.freeze({
-  ...DEFAULT_POLICY,
-  thresholdNano: null,
-  alertAt: Object.freeze([]) as readonly number[],
-})
-
-export function defaultPolicy(ref: AgentRef): AgentPolicy {
-  return isFleet(ref) ? FLEET_DEFAULT_POLICY : DEFAULT_POLICY
-}
-
-/** An agent's daily budget: every agent has one (the default without a config); only a fleet may have none. */
-export function agentBudget(policy: AgentPolicy): Nano {
-  if (policy.thresholdNano === null) throw new Error('an agent has a daily budget')
-  return policy.thresholdNano
-}
-
-/** The key of an agent (or a fleet) in maps and caches: one home for how a (user, agent) pair is joined. */
-export function agentKey(ref: AgentRef): string {
-  return `${ref.userId}\0${ref.agentId}`
-}
-
-/** The pair agentKey() joined. */
-export function refOf(key: string): AgentRef {
-  const i = key.indexOf('\0')
-  return { userId: key.slice(0, i), agentId: key.slice(i + 1) }
-}
-
-/** Why a state is paused: the meter that paused it (meters.ts), or by hand. */
-export type PauseReason = MeterId | 'manual'
+import type { EventRow } from '../storage/rows.ts'
 
 /** Why an agent is paused, as the API says it: its own state's reason, or its fleet's. */
 export type PausedReason = PauseReason | `fleet_${PauseReason}`
@@ -168,11 +77,6 @@ export interface Transition {
   meter?: { id: MeterId; spentNano: Nano; limitNano: Nano; windowMinutes: number }
   /** The open budget holds counted with the total, when there were any. */
   heldNano?: Nano
-}
-
-export interface AgentRef {
-  userId: string
-  agentId: string
 }
 
 /**

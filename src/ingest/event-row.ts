@@ -2,7 +2,7 @@ import type { PriceTable } from '../pricing/price-table.ts'
 import { extractQuantities, type Quantities } from '../pricing/usage.ts'
 import { TOKEN_FIELDS, type EventBody } from '../schemas/event.ts'
 import { toChDateTime64us } from '../storage/clickhouse.ts'
-import type { EventRow } from '../storage/events.ts'
+import type { EventRow } from '../storage/rows.ts'
 
 /**
  * The events row of an accepted event, priced (only an llm_call costs anything), received at

@@ -1,6 +1,7 @@
 import { hash } from 'node:crypto'
 import { isMeterId } from '../hot-state/meters.ts'
-import { isFleet, type BudgetAlert, type IgnoredPause, type Transition } from '../hot-state/types.ts'
+import { isFleet } from '../hot-state/agent-ref.ts'
+import { type BudgetAlert, type IgnoredPause, type Transition } from '../hot-state/types.ts'
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
 

@@ -1,6 +1,6 @@
 import type { AlertRow } from '../storage/alerts.ts'
 import type { WrittenConfigRow } from '../storage/configs.ts'
-import type { EventRow } from '../storage/events.ts'
+import type { EventRow } from '../storage/rows.ts'
 import type { IgnoredRow } from '../storage/ignored.ts'
 import type { TransitionRow } from '../storage/transitions.ts'
 

@@ -1,6 +1,7 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
-import type { AgentPolicy, AgentRef } from '../hot-state/types.ts'
+import type { AgentRef } from '../hot-state/agent-ref.ts'
+import type { AgentPolicy } from '../hot-state/meters.ts'
 import { nanoToUsd, type Nano } from '../money.ts'
 import { maskWebhookUrl } from '../notify/webhook.ts'
 import { toChDateTime } from './clickhouse.ts'

@@ -1,6 +1,7 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
-import type { AgentRef, Ignored, IgnoredPause } from '../hot-state/types.ts'
+import type { AgentRef } from '../hot-state/agent-ref.ts'
+import type { Ignored, IgnoredPause } from '../hot-state/types.ts'
 import type { Nano } from '../money.ts'
 import { toChDateTime } from './clickhouse.ts'
 import { agentsFilter, agentsParams } from './events.ts'

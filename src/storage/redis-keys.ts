@@ -1,5 +1,5 @@
 import { hash } from 'node:crypto'
-import { agentKey } from '../hot-state/types.ts'
+import { agentKey } from '../hot-state/agent-ref.ts'
 
 /**
  * How burnrate names its Redis keys: every key of a user -- its agents' hot state,

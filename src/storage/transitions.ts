@@ -1,6 +1,7 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
-import type { AgentRef, Transition, TransitionReason } from '../hot-state/types.ts'
+import type { AgentRef } from '../hot-state/agent-ref.ts'
+import type { Transition, TransitionReason } from '../hot-state/types.ts'
 import type { Nano } from '../money.ts'
 import { chDateTimeToMs, toChDateTime } from './clickhouse.ts'
 import { agentsFilter, agentsParams } from './events.ts'

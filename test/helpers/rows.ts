@@ -1,5 +1,5 @@
 import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
-import type { EventRow } from '../../src/storage/events.ts'
+import type { EventRow } from '../../src/storage/rows.ts'
 
 /** An llm_call row of the events table as burnrate writes it, received at `at` (epoch ms). */
 export function eventRow(o: Partial<EventRow> & { event_id: string; at: number }): EventRow {

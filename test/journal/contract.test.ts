@@ -5,7 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { RedisJournal } from '../../src/journal/redis-streams.ts'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { JournalFullError, type JournalRow, type JournalSource } from '../../src/journal/types.ts'
-import type { EventRow } from '../../src/storage/events.ts'
+import type { EventRow } from '../../src/storage/rows.ts'
 import { startRedis } from '../helpers/redis.ts'
 import { startRedisCluster } from '../helpers/redis-cluster.ts'
 

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { SegmentLog, type SegmentLogOptions } from '../../src/journal/segment-log.ts'
 import type { JournalRow } from '../../src/journal/types.ts'
-import type { EventRow } from '../../src/storage/events.ts'
+import type { EventRow } from '../../src/storage/rows.ts'
 
 const T0 = Date.UTC(2026, 0, 1, 12, 0, 0)
 let seq = 0

@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { fingerprint } from '../../src/hot-state/dedup.ts'
-import { DEFAULT_POLICY } from '../../src/hot-state/types.ts'
+import { DEFAULT_POLICY } from '../../src/hot-state/meters.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { allConfigs, configRow } from '../../src/storage/configs.ts'
 import {
