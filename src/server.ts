@@ -31,7 +31,7 @@ import { agentTotals } from './storage/events.ts'
 import { migrate } from './storage/migrations.ts'
 import { Cluster } from 'ioredis'
 import { checkPersistence, createRedis, KEY_REVOKED_CHANNEL, watch, type RedisClient } from './storage/redis.ts'
-import { windowStartMs } from './window.ts'
+import { windowStartMs } from './rolling-day.ts'
 
 export interface Services {
   config: Config

@@ -12,7 +12,7 @@ import type { ConfigBody, PolicyBody } from '../schemas/config.ts'
 import { auditRecords, type AuditCursor, type AuditScope } from '../storage/audit.ts'
 import { formatConfig } from '../storage/configs.ts'
 import { agentEvents, agentHasEvents, costByModel, hourlyCost, recentEvents, type StoredEvent } from '../storage/events.ts'
-import { windowStartMs } from '../window.ts'
+import { windowStartMs } from '../rolling-day.ts'
 
 const HOUR_MS = 3_600_000
 const RECENT_LOOKBACKS_MS = [HOUR_MS, 24 * HOUR_MS, 30 * 24 * HOUR_MS, Infinity]

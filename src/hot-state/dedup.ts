@@ -1,6 +1,6 @@
 import { hash } from 'node:crypto'
 import type { Nano } from '../money.ts'
-import { inWindow } from '../window.ts'
+import { inWindow } from '../rolling-day.ts'
 import { agentKey } from './agent-ref.ts'
 
 /**

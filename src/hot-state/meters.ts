@@ -1,6 +1,6 @@
 import { z } from 'zod'
 import type { Nano } from '../money.ts'
-import { minuteOf } from '../window.ts'
+import { minuteOf } from '../rolling-day.ts'
 import { isFleet, type AgentRef } from './agent-ref.ts'
 
 // A policy, and the meters it yields. Whatever a config says about money (a daily budget,

@@ -1,5 +1,5 @@
 import type { Nano } from '../money.ts'
-import { MINUTE_MS, WINDOW_MINUTES } from '../window.ts'
+import { MINUTE_MS, WINDOW_MINUTES } from '../rolling-day.ts'
 
 /** What the hot state keeps of a window's spend that the projection reads: a few numbers, never the events. */
 export interface Spend {
@@ -43,7 +43,7 @@ export function exhaustionAt(spend: Spend, thresholdNano: Nano, now: number): nu
   if (at(thresholdNano - spend.totalNano) >= horizon) return null
   let left = 0
   for (let i = 0; i < spend.hours.length; i += 2) {
-    // The hour's last minute (60 h + 59) leaves as minute 60 h + 59 + 1440 begins (window.ts inWindow).
+    // The hour's last minute (60 h + 59) leaves as minute 60 h + 59 + 1440 begins (rolling-day.ts inWindow).
     const leaves = (spend.hours[i]! * 60 + 59 + WINDOW_MINUTES) * MINUTE_MS
     if (leaves <= now) continue
     const reached = at(thresholdNano - spend.totalNano + left)

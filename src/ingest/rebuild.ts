@@ -11,7 +11,7 @@ import { ignoredOf, latestIgnored } from '../storage/ignored.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
 import type { JournalEntry } from '../journal/types.ts'
 import { chDateTimeToMs } from '../storage/clickhouse.ts'
-import { minuteOf, windowStartMs } from '../window.ts'
+import { minuteOf, windowStartMs } from '../rolling-day.ts'
 
 /**
  * Rebuilds the whole hot state from ClickHouse and the rows of the journal not yet shipped

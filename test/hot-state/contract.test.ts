@@ -13,7 +13,7 @@ import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { JournalFullError, type JournalSource, type JournalTable } from '../../src/journal/types.ts'
 import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
 import { agentKeyId } from '../../src/storage/redis-keys.ts'
-import { MINUTE_MS } from '../../src/window.ts'
+import { MINUTE_MS } from '../../src/rolling-day.ts'
 import { packedState, startRedis } from '../helpers/redis.ts'
 import { startRedisCluster } from '../helpers/redis-cluster.ts'
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
 import { EventIdSet, fingerprint } from '../../src/hot-state/dedup.ts'
-import { WINDOW_MINUTES } from '../../src/window.ts'
+import { WINDOW_MINUTES } from '../../src/rolling-day.ts'
 
 const M0 = 29_000_000 // a minute number (2025)
 

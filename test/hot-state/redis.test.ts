@@ -7,7 +7,7 @@ import { DEFAULT_POLICY } from '../../src/hot-state/meters.ts'
 import { type AgentLoad, type AgentLoader, type RecordEvent, type RecordInput } from '../../src/hot-state/types.ts'
 import { RedisJournal } from '../../src/journal/redis-streams.ts'
 import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
-import { MINUTE_MS, minuteOf } from '../../src/window.ts'
+import { MINUTE_MS, minuteOf } from '../../src/rolling-day.ts'
 import { startRedis } from '../helpers/redis.ts'
 import { agentKeyId, DEFAULT_PARTITIONS, partitionOf, partitionTag, userKeyId } from '../../src/storage/redis-keys.ts'
 

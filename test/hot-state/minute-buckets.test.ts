@@ -1,10 +1,10 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { RollingWindow } from '../../src/hot-state/window.ts'
-import { WINDOW_MINUTES, inWindow } from '../../src/window.ts'
+import { RollingWindow } from '../../src/hot-state/minute-buckets.ts'
+import { WINDOW_MINUTES, inWindow } from '../../src/rolling-day.ts'
 
 /**
- * The rolling window keeps its buckets in a ring that grows (src/hot-state/window.ts). Over
+ * The rolling window keeps its buckets in a ring that grows (src/hot-state/minute-buckets.ts). Over
  * any sequence of events and expiries, its totals must be those of the rule written plainly:
  * a list of minute buckets, an event folded into the newest bucket when it is not newer,
  * buckets dropped from the front once their minute leaves the window; the cost per UTC hour

@@ -1,5 +1,5 @@
 import type { Nano } from '../money.ts'
-import { inWindow } from '../window.ts'
+import { inWindow } from '../rolling-day.ts'
 
 /** Buckets a new window has room for; it grows by half again when full. */
 const INITIAL_BUCKETS = 4
