@@ -3,6 +3,7 @@ import { createHash } from 'node:crypto'
 import { Cluster, type ChainableCommander } from 'ioredis'
 import { z } from 'zod'
 import type { RedisClient } from '../storage/redis.ts'
+import { STREAM_LUA } from '../journal/stream-lua.ts'
 import { METER_IDS } from './meters.ts'
 
 /**
@@ -199,16 +200,16 @@ const lua = (name: string): string => readFileSync(new URL(`./lua/${name}.lua`, 
 
 /**
  * The library Redis runs every script of the hot state as (Redis functions, FUNCTION LOAD):
- * state.lua and rules.lua, whose functions are made once, when it is loaded, instead of on
- * every call as a script sent by EVAL would remake them (about 15 µs of Redis time a call),
- * and each script as a function of it. Its name carries a hash of its text: instances
+ * the journal's stream.lua, state.lua and rules.lua, whose functions are made once, when it
+ * is loaded, instead of on every call as a script sent by EVAL would remake them (about
+ * 15 µs of Redis time a call), and each script as a function of it. Its name carries a hash of its text: instances
  * running different versions each call their own, side by side.
  */
 export const LIBRARY = library()
 
 function library(): { name: string; code: string } {
   const files = Object.values(SCRIPTS).map((spec) => [spec, lua(spec.file)] as const)
-  const shared = `${lua('state')}\n${lua('rules')}`
+  const shared = `${STREAM_LUA}\n${lua('state')}\n${lua('rules')}`
   const hash = createHash('sha256').update(shared).update(files.map(([, text]) => text).join('\n')).digest('hex').slice(0, 12)
   const name = `burnrate_${hash}`
   const functions = files.map(([spec, text]) => {

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
 import { NO_REPLICA_WAIT, durably, type ReplicaWait } from '../storage/redis.ts'
 import { partitionOf, partitionTag } from '../storage/redis-keys.ts'
+import { STREAM_LUA } from './stream-lua.ts'
 import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalRow, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
 
 /**
@@ -305,7 +306,7 @@ function after(id: string): string {
 
 const lua = (name: string): string => readFileSync(new URL(`./lua/${name}.lua`, import.meta.url), 'utf8')
 const SCRIPTS = {
-  burnrateJournalAppend: { lua: lua('append'), keys: 2 },
+  burnrateJournalAppend: { lua: `${STREAM_LUA}\n${lua('append')}`, keys: 2 },
   burnrateJournalBegin: { lua: lua('begin'), keys: 1 },
   burnrateJournalCommit: { lua: lua('commit'), keys: 1 },
   burnrateJournalLease: { lua: lua('lease'), keys: 1 },

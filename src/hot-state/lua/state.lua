@@ -23,7 +23,7 @@
 -- passed to redis.call as numbers are written exactly up to 2^53 (Redis prints them in full).
 local MINUTE_MS = 60000
 local HOUR_MS = 3600000
-local WINDOW = 1440 -- minutes (src/window.ts)
+local WINDOW = 1440 -- minutes (src/rolling-day.ts)
 -- The tally the projection reads: the last 60 minutes (projection.ts LAST_HOUR_MINUTES).
 local LAST_HOUR = 60
 
@@ -31,7 +31,7 @@ local LAST_HOUR = 60
 -- begin(), which sets every value below afresh, so nothing of one call is left to the
 -- next: K, the call's keys by name; A, its arguments (ARGV[1], JSON) by name (ARGV[2..]
 -- are the script's own); NOW (ms, and as text) and TTL (ms) from A; NOW_MINUTE; DAY_FROM, the first
--- minute of the window of 24 h that ends now (window.ts inWindow); and what charge() and
+-- minute of the window of 24 h that ends now (rolling-day.ts inWindow); and what charge() and
 -- windows_of() gather during the call.
 local K, A, NOW, NOW_TEXT, TTL, NOW_MINUTE, DAY_FROM
 local budgets, windows
@@ -407,19 +407,15 @@ local function take_hold(st, id)
   return v
 end
 
--- The journal. A script that may append checks first, before it changes anything: 'FENCED'
--- when another instance took this one's journal over (it rejoins under a new id and calls
--- again), 'FULL' at the bound (bounded writes only; reads append the rare relaxing
--- transition past it). nil when it may go on.
+-- The journal (stream.lua, prepended to the library): a script that may append checks
+-- first, before it changes anything; bounded writes only are refused 'FULL' (reads append
+-- the rare relaxing transition past the bound). nil when it may go on.
 local function journal_closed(bounded)
-  if redis.call('SISMEMBER', K.fenced, A.instance) == 1 then return 'FENCED' end
-  if bounded and redis.call('XLEN', K.journal) >= A.stream_rows then return 'FULL' end
-  return nil
+  return stream_closed(K.journal, K.fenced, A.instance, bounded and A.stream_rows or nil)
 end
 
--- One row for a table, as the JSON the shipper sends to ClickHouse (journal/redis-streams.ts).
 local function journal(table_name, json)
-  redis.call('XADD', K.journal, '*', 't', table_name, 'a', NOW_TEXT, 'j', json)
+  stream_append(K.journal, NOW_TEXT, table_name, json)
 end
 
 -- The state's next version: grows per state whatever the callers' clocks do.
