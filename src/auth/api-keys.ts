@@ -124,21 +124,23 @@ export class ApiKeys {
     // Answer from what is known (an address refused for its failed attempts).
     if (opts.lookUp === false) return hit ? hit.principal : null
     const known = hit?.principal
+    // A read that answers nothing to keep leaves the cache, unless a newer read replaced it.
+    const drop = (): void => {
+      if (this.#cache.get(hash)?.principal === principal) this.#cache.delete(hash)
+    }
     const principal = findKeyByHash(this.#client, hash).then(
       (record) => {
         if (record && safeEqual(record.keyHash, hash)) return principalOf(record)
-        if (this.#cache.get(hash)?.principal === principal) this.#cache.delete(hash)
+        drop()
         this.#unknown.set(hash, true)
         return null
       },
       (err: unknown) => {
-        // Only an outage is ridden out; a defect (a 500) is not hidden behind an old answer.
-        if (known === undefined || !(err instanceof StoreUnavailableError)) {
-          // Not remembered: the next request asks again.
-          if (this.#cache.get(hash)?.principal === principal) this.#cache.delete(hash)
-          throw err
-        }
-        return known
+        // Only an outage is ridden out, on the last answer; a defect (a 500) is not hidden
+        // behind it. Otherwise not remembered: the next request asks again.
+        if (known !== undefined && err instanceof StoreUnavailableError) return known
+        drop()
+        throw err
       },
     )
     // Concurrent requests with this key share this one read.
