@@ -134,20 +134,22 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
     if (closing) reply.header('connection', 'close')
   })
 
-  // An address that keeps presenting keys that fail is refused before any look-up;
-  // a key already verified still passes from it (the same address may be a whole office).
+  // An address that keeps presenting keys that fail is answered 429, each answer held a
+  // moment. A valid key is never refused because of its address (one address may be a whole
+  // office behind a NAT, or every client behind a proxy): every key is verified first, and
+  // verifying a made-up key costs no read of its own (ApiKeys.verify).
   const failures = new AuthFailures(deps.config.authFailuresPerMinute, deps.clock ?? systemClock)
   app.addHook('onRequest', async (request) => {
     const route = request.routeOptions.url
     if (route === undefined || isPublic(route)) return
     const header = request.headers['x-api-key']
     const key = Array.isArray(header) ? header[0] : header
-    const wait = failures.retryAfterSeconds(request.ip)
-    const principal = key ? await deps.keys.verify(key, { lookUp: wait === null }) : null
+    const principal = key ? await deps.keys.verify(key) : null
     if (principal) {
       request.principal = principal
       return
     }
+    const wait = failures.retryAfterSeconds(request.ip)
     if (wait !== null) {
       // Held a moment before the answer: a flooding client's connections then send a request
       // a second each instead of as fast as 429s come back, and the fleet keeps the CPU.

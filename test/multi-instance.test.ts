@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { generateKey } from '../src/auth/api-keys.ts'
 import { eventually, LLM_CALL_USD, llmCall, startTwoInstances, unique, type Harness } from './helpers/harness.ts'
 import type { Receiver } from './helpers/receiver.ts'
 import { startRedis } from './helpers/redis.ts'
@@ -228,6 +229,12 @@ describe('two instances, one Redis', () => {
     expect((await b.post('/events', llmCall('k'), created.key)).statusCode).toBe(200) // b caches it
     await a.services.keys.revoke(created.record.keyId)
     await eventually(async () => ((await b.post('/events', llmCall('k'), created.key)).statusCode === 401 ? true : undefined), 1000)
+  })
+
+  it('let a key created through one instance in on the other at once, though it read the key ids just before', async () => {
+    expect((await b.post('/events', llmCall('k'), generateKey().key)).statusCode).toBe(401) // b reads the ids
+    const created = await a.services.keys.create(unique('u'))
+    expect((await b.post('/events', llmCall('k'), created.key)).statusCode).toBe(200)
   })
 
   it('reload totals from ClickHouse when Redis lost the hot state under load, counting each stored event once', async () => {

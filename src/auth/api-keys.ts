@@ -1,9 +1,10 @@
 import { hash, randomBytes, timingSafeEqual } from 'node:crypto'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { LRUCache } from 'lru-cache'
 import type { Clock } from '../clock.ts'
 import { StoreUnavailableError } from '../errors.ts'
-import { findKeyByHash, findKeyById, listKeys, saveKey, type ApiKeyRecord } from '../storage/keys.ts'
+import { findKeyByHash, findKeyById, listKeyIds, listKeys, saveKey, type ApiKeyRecord } from '../storage/keys.ts'
 
 /** What a request is allowed to act as, once its key is verified. */
 export interface Principal {
@@ -33,6 +34,11 @@ export function generateKey(): { keyId: string; key: string } {
   return { keyId, key: `${KEY_PREFIX}${keyId}_${secret}` }
 }
 
+/** The key id of a key of KEY_SHAPE. */
+function keyIdOf(key: string): string {
+  return key.slice(KEY_PREFIX.length, KEY_PREFIX.length + 12)
+}
+
 export function hashKey(key: string): string {
   return hash('sha256', key, 'hex')
 }
@@ -51,13 +57,18 @@ export class ApiKeys {
   // made-up keys evicts other made-up keys, never the keys of real users.
   readonly #unknown: LRUCache<string, true>
 
+  // The ids of every key that exists, so that a key of any other id is refused without a
+  // read of its own (a flood of made-up keys costs at most one read of the ids a second).
+  readonly #ids: KeyIds
+
   readonly #onRevoked: ((keyHash: string) => void) | undefined
 
-  /** `onRevoked` tells other instances (Redis pub/sub), which then call forget(). */
+  /** `onRevoked` tells other instances (Redis pub/sub), which then call revoked(). */
   constructor(client: ClickHouseClient, opts: { clock: Clock; cacheTtlMs: number; onRevoked?: (keyHash: string) => void }) {
     this.#client = client
     this.#clock = opts.clock
     this.#ttlMs = opts.cacheTtlMs
+    this.#ids = new KeyIds(() => listKeyIds(client))
     this.#onRevoked = opts.onRevoked
     this.#unknown = new LRUCache<string, true>({ max: 10_000, ttl: Math.max(1, opts.cacheTtlMs), ttlResolution: 0, perf: { now: () => this.#clock.now() } })
   }
@@ -82,6 +93,7 @@ export class ApiKeys {
       revokedAt: null,
     }
     await saveKey(this.#client, record, 1)
+    this.#ids.add(keyId)
     this.#unknown.delete(record.keyHash)
     this.#cache.set(record.keyHash, { principal: Promise.resolve(principalOf(record)), at: this.#clock.now() })
     return { record, key }
@@ -111,18 +123,17 @@ export class ApiKeys {
    * When the re-read fails (ClickHouse away), the last answer holds and is read again a TTL
    * later: POST /events never needs ClickHouse for a key it has verified before.
    * A key never verified still needs one read; while ClickHouse is away that is a 503.
-   * A key not shaped as generateKey() makes them is refused without a read, and one that no
-   * record has is remembered as unknown for the TTL. `lookUp: false` answers from memory only.
+   * Refused without a read of its own: a key not shaped as generateKey() makes them, one
+   * whose id no key has (KeyIds), and one that no record has, remembered for the TTL.
    */
-  async verify(key: string, opts: { lookUp?: boolean } = {}): Promise<Principal | null> {
+  async verify(key: string): Promise<Principal | null> {
     if (!KEY_SHAPE.test(key)) return null
     const hash = hashKey(key)
     if (this.#unknown.has(hash)) return null
     const now = this.#clock.now()
     const hit = this.#cache.get(hash)
     if (hit && now - hit.at < this.#ttlMs) return hit.principal
-    // Answer from what is known (an address refused for its failed attempts).
-    if (opts.lookUp === false) return hit ? hit.principal : null
+    if (hit === undefined && !(await this.#ids.mayHave(keyIdOf(key)))) return null
     const known = hit?.principal
     // A read that answers nothing to keep leaves the cache, unless a newer read replaced it.
     const drop = (): void => {
@@ -146,6 +157,57 @@ export class ApiKeys {
     // Concurrent requests with this key share this one read.
     this.#cache.set(hash, { principal, at: now })
     return principal
+  }
+}
+
+/**
+ * The ids of every key, read whole from ClickHouse. An id it does not have waits for a read
+ * that begins after the question, at most one a second, shared by every question meanwhile:
+ * a key created anywhere before it was presented is found (never refused), and a flood of
+ * made-up keys costs one read a second in all, each of its requests answered within a
+ * second. Keys created through this instance join at once.
+ */
+class KeyIds {
+  static readonly MIN_READ_INTERVAL_MS = 1000
+  readonly #read: () => Promise<string[]>
+  // Key ids are never deleted (a revoked key keeps its record), so reads only add.
+  readonly #ids = new Set<string>()
+  // False until a read succeeds and after one fails: every id may exist then.
+  #readable = false
+  // The next read, until it begins; when the last one began (performance.now()).
+  #next: Promise<void> | null = null
+  #lastReadAt = -Infinity
+
+  constructor(read: () => Promise<string[]>) {
+    this.#read = read
+  }
+
+  add(keyId: string): void {
+    this.#ids.add(keyId)
+  }
+
+  /** Whether a key of this id may exist: false only when a read of the ids begun since says not. */
+  async mayHave(keyId: string): Promise<boolean> {
+    if (this.#ids.has(keyId)) return true
+    await this.#readAfterNow()
+    return !this.#readable || this.#ids.has(keyId)
+  }
+
+  #readAfterNow(): Promise<void> {
+    this.#next ??= sleep(Math.max(0, this.#lastReadAt + KeyIds.MIN_READ_INTERVAL_MS - performance.now())).then(() => {
+      this.#next = null
+      this.#lastReadAt = performance.now()
+      return this.#read().then(
+        (ids) => {
+          for (const id of ids) this.#ids.add(id)
+          this.#readable = true
+        },
+        () => {
+          this.#readable = false
+        },
+      )
+    })
+    return this.#next
   }
 }
 

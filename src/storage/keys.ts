@@ -79,3 +79,9 @@ export async function findKeyById(client: ClickHouseClient, keyId: string): Prom
 export function listKeys(client: ClickHouseClient): Promise<ApiKeyRecord[]> {
   return select(client, `${LATEST} GROUP BY key_id ORDER BY created, key_id`, {}, keyRow)
 }
+
+/** The id of every key there is, revoked or not. */
+export async function listKeyIds(client: ClickHouseClient): Promise<string[]> {
+  const rows = await select(client, 'SELECT DISTINCT key_id FROM api_keys', {}, z.object({ key_id: z.string() }))
+  return rows.map((r) => r.key_id)
+}
