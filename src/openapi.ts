@@ -4,7 +4,7 @@ import { PROBLEMS, type ProblemCode } from './errors.ts'
 import { configBody, fleetConfigBody, fleetPauseBody, pauseBody } from './schemas/config.ts'
 import { batchBodyDoc, eventBody } from './schemas/event.ts'
 import { holdBody, holdParams } from './schemas/hold.ts'
-import { agentParams, agentQuery, auditQuery, eventsQuery, hourlyQuery } from './schemas/query.ts'
+import { agentParams, agentQuery, agentsQuery, auditQuery, eventsQuery, hourlyQuery } from './schemas/query.ts'
 import {
   agentReply,
   agentsReply,
@@ -109,7 +109,16 @@ export const ROUTES: readonly RouteDoc[] = [
   { method: 'post', path: '/config/pause', summary: 'Pause or resume an agent by hand', tag: 'config', auth: true, body: pauseBody, reply: pauseReply, errors: BODY },
   { method: 'post', path: '/config/fleet', summary: "Set the user's fleet budget, over all of their agents", tag: 'config', auth: true, body: fleetConfigBody, reply: okReply, errors: BODY },
   { method: 'post', path: '/config/fleet/pause', summary: 'Pause or resume every agent of the user by hand', tag: 'config', auth: true, body: fleetPauseBody, reply: fleetPauseReply, errors: BODY },
-  { method: 'get', path: '/agents', summary: 'The agents with events in the last 24 h, highest cost first', tag: 'read', auth: true, query: eventsQuery.pick({}), reply: agentsReply, errors: ['invalid_query'] },
+  {
+    method: 'get',
+    path: '/agents',
+    summary: 'The agents with events in the last 24 h, highest cost first; filtered, sorted and in pages when asked',
+    tag: 'read',
+    auth: true,
+    query: agentsQuery,
+    reply: agentsReply,
+    errors: ['invalid_query'],
+  },
   { method: 'get', path: '/agents/events', summary: "The user's newest events", tag: 'read', auth: true, query: eventsQuery, reply: eventsReply, errors: ['invalid_query'] },
   {
     method: 'get',

@@ -310,7 +310,7 @@ export class MemoryHotState implements HotState {
     const agent = this.#agents.get(agentKey(ref))
     if (!agent) {
       return {
-        snapshot: { active: false, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: defaultPolicy(ref), configured: false, ignored: NOT_IGNORED, heldNano: 0 },
+        snapshot: { active: false, lastEventMinute: null, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: defaultPolicy(ref), configured: false, ignored: NOT_IGNORED, heldNano: 0 },
         transition: null,
         exhaustionAt: null,
       }
@@ -528,6 +528,7 @@ function snapshotOf(agent: AgentEntry): AgentSnapshot {
   // snapshot shares them (GET /agents reads 10,000 agents; copies were half its garbage).
   return {
     active: !agent.window.empty,
+    lastEventMinute: agent.window.lastMinute,
     totalNano: agent.window.totalNano,
     llmCalls: agent.window.llmCalls,
     pause: agent.pause,

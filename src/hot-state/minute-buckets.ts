@@ -74,6 +74,11 @@ export class RollingWindow {
     }
   }
 
+  /** The newest bucket's minute; null when there is none. */
+  get lastMinute(): number | null {
+    return this.#size === 0 ? null : this.#meta[2 * this.#slot(this.#size - 1)]!
+  }
+
   get empty(): boolean {
     return this.#size === 0
   }

@@ -285,6 +285,7 @@ export class RedisHotState implements HotState {
     return {
       snapshot: {
         active: r.active,
+        lastEventMinute: r.active ? r.last_minute : null,
         totalNano: r.total,
         llmCalls: r.calls,
         pause: r.pause.paused || r.pause.override ? { paused: r.pause.paused, reason: r.pause.paused ? pauseReasonOf(r.pause.reason) : null, override: r.pause.override, since: r.pause.since } : RUNNING,

@@ -136,6 +136,7 @@ export const SCRIPTS = {
       total: int,
       calls: int,
       active: z.boolean(),
+      last_minute: int,
       pause: pause.extend({ since: int }),
       held: int,
       ignored: z.strictObject({ since: int, calls: int, nano: int, flagged: z.boolean() }),

@@ -205,6 +205,8 @@ export interface BudgetAlert {
 export interface AgentSnapshot {
   /** Whether the agent has events in the window (of any type). */
   active: boolean
+  /** The minute (minuteOf) of its newest event in the window; null when it has none. */
+  lastEventMinute: number | null
   totalNano: Nano
   llmCalls: number
   /** Shared with the hot state, which replaces it rather than changing it: never to be changed. */

@@ -3,16 +3,77 @@ import { AUDIT_SCOPES } from '../storage/audit.ts'
 import { agentId } from './event.ts'
 
 /** An integer query parameter: digits only (no "1e3", no "12abc"), within bounds. */
-function intParam(min: number, max: number, fallback: number) {
+function intValue(min: number, max: number) {
   return z
     .string()
     .regex(/^\d{1,9}$/, 'must be an integer')
     .transform(Number)
     .pipe(z.number().min(min, `must be between ${min} and ${max}`).max(max, `must be between ${min} and ${max}`))
-    .default(fallback)
+}
+
+function intParam(min: number, max: number, fallback: number) {
+  return intValue(min, max).default(fallback)
 }
 
 export const eventsQuery = z.strictObject({ limit: intParam(1, 1000, 50) })
+
+export const AGENT_SORTS = ['cost', 'recent', 'agent_id'] as const
+export type AgentSort = (typeof AGENT_SORTS)[number]
+
+/**
+ * A GET /agents page cursor (next_cursor), opaque to clients: base64url of JSON
+ * [sort, the last row's sort value, its agent_id]. The next page starts after that row, so a
+ * page is not shifted by agents that joined or moved meanwhile.
+ */
+export interface AgentCursor {
+  sort: AgentSort
+  value: number
+  agentId: string
+}
+
+const cursorJson = z.tuple([z.enum(AGENT_SORTS), z.number(), z.string()])
+
+export function encodeAgentCursor(c: AgentCursor): string {
+  return Buffer.from(JSON.stringify([c.sort, c.value, c.agentId])).toString('base64url')
+}
+
+const agentCursor = z
+  .string()
+  .max(1024, 'must be a next_cursor of GET /agents')
+  .transform((s, ctx): AgentCursor => {
+    let parsed: unknown
+    try {
+      parsed = JSON.parse(Buffer.from(s, 'base64url').toString('utf8'))
+    } catch {
+      parsed = undefined
+    }
+    const c = cursorJson.safeParse(parsed)
+    if (!c.success) {
+      ctx.addIssue({ code: 'custom', message: 'must be a next_cursor of GET /agents' })
+      return z.NEVER
+    }
+    const [sort, value, agentId] = c.data
+    return { sort, value, agentId }
+  })
+
+/**
+ * GET /agents: without `limit`, every agent (as the SPEC has it); with it, a page and the
+ * cursor of the next. Filters and the order apply either way.
+ */
+export const agentsQuery = z
+  .strictObject({
+    limit: intValue(1, 1000).optional(),
+    cursor: agentCursor.optional(),
+    sort: z.enum(AGENT_SORTS, { error: `must be one of ${AGENT_SORTS.join(', ')}` }).default('cost'),
+    paused: z.enum(['true', 'false'], { error: 'must be true or false' }).transform((v) => v === 'true').optional(),
+    prefix: z.string().min(1, 'must be 1 to 128 characters').max(128, 'must be 1 to 128 characters').optional(),
+  })
+  .superRefine((q, ctx) => {
+    if (q.cursor === undefined) return
+    if (q.limit === undefined) ctx.addIssue({ code: 'custom', path: ['cursor'], message: 'needs limit' })
+    else if (q.cursor.sort !== q.sort) ctx.addIssue({ code: 'custom', path: ['cursor'], message: `belongs to sort=${q.cursor.sort}` })
+  })
+export type AgentsQuery = z.output<typeof agentsQuery>
 
 export const agentQuery = z.strictObject({
   limit: intParam(1, 1000, 100),

@@ -95,6 +95,7 @@ export const agentsReply = z.strictObject({
       ignoring_pause: z.boolean(),
     }),
   ),
+  next_cursor: z.string().nullable().optional().describe('with `limit`: the `cursor` of the next page; null on the last'),
 })
 
 const storedEvent = z.strictObject({

@@ -13,7 +13,7 @@ import { SegmentLog } from '../../src/journal/segment-log.ts'
 import { JournalFullError, type JournalSource, type JournalTable } from '../../src/journal/types.ts'
 import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
 import { agentKeyId } from '../../src/storage/redis-keys.ts'
-import { MINUTE_MS } from '../../src/rolling-day.ts'
+import { MINUTE_MS, minuteOf } from '../../src/rolling-day.ts'
 import { packedState, startRedis } from '../helpers/redis.ts'
 import { startRedisCluster } from '../helpers/redis-cluster.ts'
 
@@ -193,7 +193,15 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     const later = T0 + 1440 * MINUTE_MS
     const listed = await hs.listAgents('u', later)
     expect(listed.map((a) => a.agentId)).toEqual(['y'])
-    expect(listed[0]!.snapshot).toMatchObject({ active: true, totalNano: 1, llmCalls: 1, configured: false })
+    expect(listed[0]!.snapshot).toMatchObject({ active: true, totalNano: 1, llmCalls: 1, configured: false, lastEventMinute: minuteOf(T0) + 60 })
+  })
+
+  it("says the minute of an agent's newest event in the window, whatever its type, and none once it left", async () => {
+    const { hs } = await make()
+    expect((await hs.get(ref, T0)).snapshot.lastEventMinute).toBeNull()
+    await recordAll(hs, [ev(1, T0 + 5 * MINUTE_MS), ev(0, T0 + 7 * MINUTE_MS, { llmCall: false }), ev(1, T0 + 3 * MINUTE_MS)], T0 + 7 * MINUTE_MS)
+    expect((await hs.get(ref, T0 + 8 * MINUTE_MS)).snapshot.lastEventMinute).toBe(minuteOf(T0) + 7)
+    expect((await hs.get(ref, T0 + 1447 * MINUTE_MS)).snapshot).toMatchObject({ active: false, lastEventMinute: null })
   })
 
   it('projects when the total reaches the threshold at the last hour\'s rate, waiting for what leaves the window', async () => {

@@ -4,7 +4,7 @@
 -- A: now, ttl, instance, stream_rows, at, base, meters, states (one: state.lua read_states),
 --   with_projection (when the daily budget runs out; a listing leaves it out)
 -- Returns a control answer (state.lua control(): FENCED, NEEDS_LOAD, STALE), or {total,
--- calls, active, pause {paused, reason, override, since}, held, ignored {since, calls, nano,
+-- calls, active, last_minute (the newest bucket's), pause {paused, reason, override, since}, held, ignored {since, calls, nano,
 -- flagged}, transition, exhausts}.
 local closed = journal_closed(false)
 if closed then return control(closed) end
@@ -13,7 +13,7 @@ if not states then return answer_now end
 local st = judge(states[1], states[1].meters)
 local change = relax(st, st.meters)
 local out = {
-  total = fmt(st.total), calls = fmt(st.calls), active = st.cm >= DAY_FROM,
+  total = fmt(st.total), calls = fmt(st.calls), active = st.cm >= DAY_FROM, last_minute = fmt(st.cm),
   pause = { paused = st.pause.paused, reason = st.pause.reason, override = st.pause.override, since = fmt(st.pause.since) },
   held = fmt(st.held),
   ignored = { since = fmt(st.ign.since), calls = fmt(st.ign.calls), nano = fmt(st.ign.nano), flagged = st.ign.flagged },
