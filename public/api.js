@@ -56,7 +56,12 @@ async function request(method, path, body) {
 const agentPath = (id) => `agents/${encodeURIComponent(id)}`
 
 export const api = {
-  agents: () => request('GET', 'agents'),
+  /** One page of agents: {limit, cursor, sort, prefix, paused, ignoring_pause, alerted}; unset ones left out. */
+  agents: (query = {}) => {
+    const q = new URLSearchParams()
+    for (const [name, value] of Object.entries(query)) if (value !== undefined && value !== null && value !== '') q.set(name, String(value))
+    return request('GET', `agents?${q}`)
+  },
   agent: (id, { limit, before } = {}) => {
     const q = new URLSearchParams()
     if (limit) q.set('limit', String(limit))

@@ -57,7 +57,7 @@ describe.each(modes)('GET /agents in pages (%s)', (_mode, start) => {
   const list = async (query: string, as = key) => {
     const res = await h.get(`/agents?${query}`, as)
     expect(res.statusCode, res.body).toBe(200)
-    return res.json() as { agents: Row[]; next_cursor?: string | null }
+    return res.json() as { agents: Row[]; next_cursor?: string | null; total?: number; summary?: unknown }
   }
 
   it('lists the whole list, without limit, in the order asked', async () => {
@@ -77,6 +77,21 @@ describe.each(modes)('GET /agents in pages (%s)', (_mode, start) => {
     expect((await list('prefix=build-')).agents.every((a) => a.agent_id.startsWith('build-'))).toBe(true)
     expect((await list('prefix=build-')).agents).toHaveLength(20)
     expect((await list('prefix=nobody')).agents).toEqual([])
+    expect((await list('ignoring_pause=true')).agents).toEqual([])
+    expect((await list('alerted=false&ignoring_pause=false')).agents).toHaveLength(40)
+  })
+
+  it('says with a page how many agents match, and sums up the whole list whatever the filters', async () => {
+    const whole = (await list('')).agents
+    const page = await list('limit=2&paused=true')
+    expect(page.agents).toHaveLength(2)
+    expect(page).toMatchObject({
+      total: 3,
+      summary: { agents: 40, paused: 3, ignoring_pause: 0, alerted: 0, total_cost_usd: expect.closeTo(whole.reduce((n, a) => n + a.total_cost_usd, 0), 9) },
+    })
+    expect((await list('limit=50&prefix=chat-')).total).toBe(20)
+    // The SPEC's form without limit: the list alone.
+    expect(Object.keys(await list('paused=true'))).toEqual(['agents'])
   })
 
   it('gives every agent of the whole list once, in its order, whatever the page size, order and filters (property)', async () => {
@@ -114,6 +129,8 @@ describe.each(modes)('GET /agents in pages (%s)', (_mode, start) => {
       ['limit=ten', 'limit'],
       ['sort=cheapest', 'sort'],
       ['paused=yes', 'paused'],
+      ['ignoring_pause=1', 'ignoring_pause'],
+      ['alerted=maybe', 'alerted'],
       ['prefix=', 'prefix'],
       [`prefix=${'x'.repeat(129)}`, 'prefix'],
       ['limit=5&cursor=bm90IGEgY3Vyc29y', 'cursor'],

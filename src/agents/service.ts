@@ -123,11 +123,27 @@ export class AgentService {
     const now = clock.now()
     const [listed, { snapshot: fleet }] = await Promise.all([hotState.listAgents(userId, now), hotState.get(fleetOf(userId), now)])
     const rows: ListedRow[] = []
+    const summary = { agents: 0, paused: 0, ignoring_pause: 0, alerted: 0, totalNano: 0 }
     for (const { agentId, snapshot } of listed) {
-      if (q.prefix !== undefined && !agentId.startsWith(q.prefix)) continue
       const holding = holdingPause(snapshot.pause, fleet.pause)
+      const row: ListedRow = {
+        agentId,
+        snapshot,
+        holding,
+        ignoring: ignoring(snapshot.ignored, holding?.pause.since ?? 0),
+        alerts: budgetLevelsReached(snapshot.totalNano, snapshot.policy),
+        value: sortValue(q.sort, snapshot),
+      }
+      summary.agents++
+      summary.paused += holding ? 1 : 0
+      summary.ignoring_pause += row.ignoring ? 1 : 0
+      summary.alerted += row.alerts.length > 0 ? 1 : 0
+      summary.totalNano += snapshot.totalNano
+      if (q.prefix !== undefined && !agentId.startsWith(q.prefix)) continue
       if (q.paused !== undefined && q.paused !== (holding !== null)) continue
-      rows.push({ agentId, snapshot, holding, value: sortValue(q.sort, snapshot) })
+      if (q.ignoring_pause !== undefined && q.ignoring_pause !== row.ignoring) continue
+      if (q.alerted !== undefined && q.alerted !== row.alerts.length > 0) continue
+      rows.push(row)
     }
     rows.sort(byValueThenId)
     if (q.limit === undefined) return { agents: rows.map(agentSummary) }
@@ -136,7 +152,13 @@ export class AgentService {
     const page = rows.slice(start, start + q.limit)
     const last = page.at(-1)
     const more = start + q.limit < rows.length && last !== undefined
-    return { agents: page.map(agentSummary), next_cursor: more ? encodeAgentCursor({ sort: q.sort, value: last.value, agentId: last.agentId }) : null }
+    const { totalNano, ...counts } = summary
+    return {
+      agents: page.map(agentSummary),
+      next_cursor: more ? encodeAgentCursor({ sort: q.sort, value: last.value, agentId: last.agentId }) : null,
+      total: rows.length,
+      summary: { ...counts, total_cost_usd: nanoToUsd(totalNano) },
+    }
   }
 
   /**
@@ -298,6 +320,9 @@ interface ListedRow {
   agentId: string
   snapshot: AgentSnapshot
   holding: { pause: PauseState; fleet: boolean } | null
+  ignoring: boolean
+  /** The budget's alert levels reached. */
+  alerts: readonly number[]
   /** What the order sorts on, highest first (0 for every row when sorted by id). */
   value: number
 }
@@ -330,7 +355,7 @@ function firstAfter(rows: readonly ListedRow[], key: { value: number; agentId: s
 
 // One shape for every row (an absent threshold is undefined, which the reply leaves out):
 // a spread of an optional field made rows of two shapes and took a quarter of the listing.
-function agentSummary({ agentId, snapshot: s, holding }: ListedRow) {
+function agentSummary({ agentId, snapshot: s, holding, ignoring, alerts }: ListedRow) {
   return {
     agent_id: agentId,
     total_cost_usd: nanoToUsd(s.totalNano),
@@ -339,7 +364,7 @@ function agentSummary({ agentId, snapshot: s, holding }: ListedRow) {
     is_paused: holding !== null,
     paused_reason: pausedReasonOf(holding),
     remaining_usd: nanoToUsd(agentBudget(s.policy) - s.totalNano),
-    alerts_reached: budgetLevelsReached(s.totalNano, s.policy),
-    ignoring_pause: ignoring(s.ignored, holding?.pause.since ?? 0),
+    alerts_reached: alerts,
+    ignoring_pause: ignoring,
   }
 }

@@ -27,6 +27,17 @@ const AGENTS_LIST = {
       },
     },
     next_cursor: { type: ['string', 'null'] },
+    total: { type: 'integer' },
+    summary: {
+      type: 'object',
+      properties: {
+        agents: { type: 'integer' },
+        paused: { type: 'integer' },
+        ignoring_pause: { type: 'integer' },
+        alerted: { type: 'integer' },
+        total_cost_usd: { type: 'number' },
+      },
+    },
   },
 } as const
 

@@ -56,6 +56,8 @@ const agentCursor = z
     return { sort, value, agentId }
   })
 
+const flag = z.enum(['true', 'false'], { error: 'must be true or false' }).transform((v) => v === 'true').optional()
+
 /**
  * GET /agents: without `limit`, every agent (as the SPEC has it); with it, a page and the
  * cursor of the next. Filters and the order apply either way.
@@ -65,7 +67,9 @@ export const agentsQuery = z
     limit: intValue(1, 1000).optional(),
     cursor: agentCursor.optional(),
     sort: z.enum(AGENT_SORTS, { error: `must be one of ${AGENT_SORTS.join(', ')}` }).default('cost'),
-    paused: z.enum(['true', 'false'], { error: 'must be true or false' }).transform((v) => v === 'true').optional(),
+    paused: flag,
+    ignoring_pause: flag,
+    alerted: flag,
     prefix: z.string().min(1, 'must be 1 to 128 characters').max(128, 'must be 1 to 128 characters').optional(),
   })
   .superRefine((q, ctx) => {

@@ -96,6 +96,11 @@ export const agentsReply = z.strictObject({
     }),
   ),
   next_cursor: z.string().nullable().optional().describe('with `limit`: the `cursor` of the next page; null on the last'),
+  total: z.number().int().optional().describe('with `limit`: the agents that match the filters, over every page'),
+  summary: z
+    .strictObject({ agents: z.number().int(), paused: z.number().int(), ignoring_pause: z.number().int(), alerted: z.number().int(), total_cost_usd: usd })
+    .optional()
+    .describe('with `limit`: every agent of the list, whatever the filters: how many, paused, ignoring their pause, past an alert level, and their spend'),
 })
 
 const storedEvent = z.strictObject({
