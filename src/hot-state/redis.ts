@@ -5,7 +5,7 @@ import { JournalFullError } from '../journal/types.ts'
 import { toChDateTime } from '../storage/clickhouse.ts'
 import { configRow, shownConfig } from '../storage/configs.ts'
 import { redisFailure } from '../storage/failures.ts'
-import { NO_REPLICA_WAIT, durably, type RedisClient, type ReplicaWait } from '../storage/redis.ts'
+import { NO_REPLICA_WAIT, durably, whileSlotMoves, type RedisClient, type ReplicaWait } from '../storage/redis.ts'
 import { agentKeyId, eventFingerprint, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../rolling-day.ts'
 import { holdOfAnotherAgent } from './holds.ts'
@@ -455,12 +455,12 @@ export class RedisHotState implements HotState {
   async #call(send: () => Promise<unknown>): Promise<unknown> {
     return unavailableOnError(async () => {
       try {
-        return await send()
+        return await whileSlotMoves(send)
       } catch (err) {
         if (!isMissingLibrary(err)) throw err
         this.#libraryLoad ??= loadLibrary(this.#redis).finally(() => (this.#libraryLoad = null))
         await this.#libraryLoad
-        return send()
+        return whileSlotMoves(send)
       }
     })
   }

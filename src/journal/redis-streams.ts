@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto'
 import { readFileSync } from 'node:fs'
 import type { Cluster, Redis } from 'ioredis'
-import { NO_REPLICA_WAIT, durably, type ReplicaWait } from '../storage/redis.ts'
+import { NO_REPLICA_WAIT, durably, whileSlotMoves, type ReplicaWait } from '../storage/redis.ts'
 import { partitionOf, partitionTag } from '../storage/redis-keys.ts'
 import { STREAM_LUA } from './stream-lua.ts'
 import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalRow, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
@@ -187,7 +187,7 @@ export class RedisJournal implements JournalSource {
     }
     const perStream = Math.ceil(this.#o.maxRows / this.#o.partitions)
     const answers = await Promise.all(
-      [...byPartition].map(([p, args]) => this.#scripts.burnrateJournalAppend(this.streamKey(p), this.fencedKey(p), this.#o.instance, now, perStream, ...args)),
+      [...byPartition].map(([p, args]) => whileSlotMoves(() => this.#scripts.burnrateJournalAppend(this.streamKey(p), this.fencedKey(p), this.#o.instance, now, perStream, ...args))),
     )
     if (answers.includes('FENCED')) throw new JournalFencedError(this.#o.instance)
     if (answers.includes('FULL')) throw new JournalFullError({ ...this.#backlog, rows: Math.max(this.#backlog.rows, this.#o.maxRows) })

@@ -1,3 +1,4 @@
+import { setTimeout as sleep } from 'node:timers/promises'
 import { Cluster, Redis, type ChainableCommander } from 'ioredis'
 import type { RedisTarget } from '../config.ts'
 import { StoreUnavailableError } from '../errors.ts'
@@ -12,8 +13,11 @@ const backoff = (attempt: number) => Math.min(attempt * 100, 2000)
  * The Redis client of one burnrate instance. Commands fail fast when Redis is away (the
  * routes answer 503 and the client retries), instead of queueing behind a reconnect;
  * commands issued together are pipelined, so a batch costs one round trip (per node of a
- * cluster). A cluster's client follows MOVED and ASK redirections itself (a slot migrating)
- * and finds the new master after a failover.
+ * cluster). A cluster's client follows MOVED and ASK redirections itself (a slot migrating;
+ * a call refused TRYAGAIN while its keys are split over two nodes is tried again by
+ * whileSlotMoves) and finds the new master after a failover: it reads the slot map again as
+ * soon as a node fails, and every second while one has, so that calls follow the promoted
+ * replica within about a second of the cluster's own failover.
  */
 export function createRedis(target: RedisTarget, log: { warn(obj: object, msg: string): void }): RedisClient {
   const connection = { maxRetriesPerRequest: 1, commandTimeout: 2000, connectTimeout: 2000 }
@@ -26,6 +30,10 @@ export function createRedis(target: RedisTarget, log: { warn(obj: object, msg: s
           // (test/cluster-faults.test.ts, ioredis 5); sent one by one they are redirected.
           enableAutoPipelining: false,
           clusterRetryStrategy: backoff,
+          // A call refused while its slot moves fails after a few short tries (16 × 20 ms),
+          // for whileSlotMoves to try again as a new call: ioredis's own share one commandTimeout.
+          retryDelayOnTryAgain: 20,
+          slotsRefreshInterval: SLOTS_REFRESH_MS,
           redisOptions: {
             ...connection,
             ...(target.username ? { username: target.username } : {}),
@@ -34,7 +42,43 @@ export function createRedis(target: RedisTarget, log: { warn(obj: object, msg: s
           },
         })
   watch(redis, log)
+  if (redis instanceof Cluster) {
+    // A node that fails may be a master the cluster is about to replace: read the slot map
+    // now rather than at the next interval (ioredis's own refreshes are shared while one runs).
+    redis.on('node error', () => redis.refreshSlotsCache())
+  }
   return redis
+}
+
+/** How often a cluster's client reads the slot map again (CLUSTER SLOTS, one small reply). */
+const SLOTS_REFRESH_MS = 1000
+
+/**
+ * How long a call refused while its slot moves is tried again before it fails (a 503):
+ * while a slot's keys move to another master (CLUSTER SETSLOT MIGRATING, MIGRATE in batches),
+ * a call whose keys are some on each node is refused (TRYAGAIN, ASK, MOVED) until they are
+ * all on one. Redis refuses such a call before running it, so trying it again is always
+ * safe. A move of a busy partition's keys in batches of a few hundred takes seconds.
+ */
+export const SLOT_MOVE_RETRY_MS = 10_000
+
+/** `send` (a call of a script on one slot), tried again while its slot's keys move. */
+export async function whileSlotMoves<T>(send: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + SLOT_MOVE_RETRY_MS
+  for (let delay = 5; ; delay = Math.min(delay * 2, 100)) {
+    try {
+      return await send()
+    } catch (err) {
+      if (!isSlotMoving(err) || Date.now() + delay > deadline) throw err
+      await sleep(delay)
+    }
+  }
+}
+
+// TRYAGAIN, or ioredis giving up after following MOVED, ASK and TRYAGAIN answers as many
+// times as it follows any (maxRedirections): each of those is a refusal before the call ran.
+function isSlotMoving(err: unknown): boolean {
+  return err instanceof Error && (/^(ReplyError: )?TRYAGAIN\b/.test(err.message) || err.message.startsWith('Too many Cluster redirections.'))
 }
 
 /**
