@@ -12,7 +12,7 @@ const FIELDS = [
   { name: 'velocity_window_minutes', label: 'Velocity window (minutes)', hint: '1 to 60', mode: 'numeric' },
 ]
 
-/** The defaults of a new config (README, POST /config). */
+/** The defaults of a new config (docs/api.md, POST /config). */
 const DEFAULTS = { cost_threshold_usd: 10, alert_at: [0.8], auto_resume: false, velocity_limit_usd: null, velocity_window_minutes: 5 }
 
 /**

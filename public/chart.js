@@ -36,7 +36,7 @@ function options(width) {
   return {
     width,
     height: HEIGHT,
-    // Buckets are UTC hours (README): the axis says so rather than shifting them to local time.
+    // Buckets are UTC hours (docs/api.md): the axis says so rather than shifting them to local time.
     tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), 'Etc/UTC'),
     cursor: { drag: { x: false, y: false } },
     scales: {

@@ -9,8 +9,8 @@ const bool = z
 const port = z.coerce.number().int().min(0).max(65535)
 const positiveInt = z.coerce.number().int().positive()
 
-/** Every environment variable burnrate reads, parsed once at start-up. */
-const envSchema = z.object({
+/** Every environment variable burnrate reads, parsed once at start-up; its keys are their names. */
+export const envSchema = z.object({
   PORT: port.default(8080),
   HOST: z.string().min(1).default('127.0.0.1'),
   DATA_DIR: z.string().min(1).default('./data'),

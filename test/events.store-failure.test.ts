@@ -21,7 +21,7 @@ describe.each(modes)('POST /events while ClickHouse refuses to store (%s)', (_mo
     const ids = Array.from({ length: 20 }, () => randomUUID())
     const journal = h.services.journal
     // The agent is in the hot state before the outage (with Redis, one not there yet is
-    // loaded from ClickHouse first: README, "While ClickHouse is away").
+    // loaded from ClickHouse first: docs/operations.md, "While ClickHouse is away").
     const start = randomUUID()
     expect((await h.post('/events', { agent_id: 'a', event_type: 'agent_start', event_id: start }, key)).statusCode).toBe(200)
     await withEventsTableGone(h, async () => {

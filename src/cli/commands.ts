@@ -49,7 +49,7 @@ export const COMMANDS: Readonly<Record<string, CommandSpec>> = {
     subcommands: ['serve', 'migrate', 'keys create', 'keys list', 'keys revoke'],
     details:
       'Configured by the environment: PORT, HOST, DATA_DIR, CLICKHOUSE_URL, REDIS_URL, LOG_LEVEL,\n' +
-      'PRICES_FILE and the others the README lists. `burnrate help <command>` or\n' +
+      'PRICES_FILE and the others docs/configuration.md lists. `burnrate help <command>` or\n' +
       '`burnrate <command> --help` shows what a command takes.',
   },
   serve: {

@@ -94,7 +94,7 @@ export class RedisJournal implements JournalSource {
     await this.#o.redis.set(key, this.#o.partitions, 'NX')
     const recorded = Number(await this.#o.redis.get(key))
     if (recorded !== this.#o.partitions) {
-      throw new PartitionCountError(`REDIS_PARTITIONS is ${this.#o.partitions}, and the hot state in Redis was written with ${recorded}: every instance must run with ${recorded} (see the README on changing it)`)
+      throw new PartitionCountError(`REDIS_PARTITIONS is ${this.#o.partitions}, and the hot state in Redis was written with ${recorded}: every instance must run with ${recorded} (docs/operations.md, Redis Cluster, says how to change it)`)
     }
     await this.renew()
   }

@@ -169,7 +169,7 @@ class BudgetTest(unittest.TestCase):
         S.api.set_paused(agent, False)
         self.assertIs(br.refresh(), False)
         self.assertFalse(br.paused)
-        # A manual resume over budget holds (README "Budget rules"): the agent runs.
+        # A manual resume over budget holds (docs/api.md, "Budget rules"): the agent runs.
         self.assertIs(br.llm_call("gpt-4o", GPT4O_IN, GPT4O_OUT), True)
         self.assertEqual(S.api.agent(agent)["llm_calls"], 3)
         self.assertEqual(self.errors, [])
