@@ -3,7 +3,7 @@
  * loop with the orchestrator or the server under test):
  *
  *   BENCH_API_KEY=… node bench/load.ts --url http://127.0.0.1:PORT [--connections 50] [--duration 10]
- *     [--warmup 2] [--agents 1000] [--agent-prefix bench-agent-] [--rate <req/s> | --once-per-agent]
+ *     [--warmup 2] [--agents 1000] [--agent-prefix bench-agent-] [--rate <req/s> | --once-per-agent | --batch N]
  *
  * Sends POST <url>/events with content-type application/json and x-api-key, the load a fleet
  * sends whatever the target: every request an llm_call for the next of `agents` agents in
@@ -20,6 +20,14 @@
  * autocannon's overallRate sends in bursts). Prints one JSON summary (LoadSummary) on stdout.
  * With --holds, POST <url>/holds instead: a budget hold for the same call
  * (holdBody), for the same agents in the same order.
+ *
+ * With --batch N (saturation only), every request is a POST <url>/events/batch of N such
+ * events, the next N agents in turn, each event its own event_id; the summary adds the
+ * events: per second, and each result of the answers counted (stored, duplicate, problem).
+ *
+ * BENCH_API_KEYS (comma-separated) instead of BENCH_API_KEY spreads the load over several
+ * keys (several users): agent i is always sent with key i mod the number of keys, so each
+ * agent belongs to one user.
  */
 import { randomUUID } from 'node:crypto'
 import { parseArgs } from 'node:util'
@@ -58,6 +66,16 @@ export interface Counts {
   sent: number
 }
 
+/** The results of POST /events/batch answers, one per event: what a phase of batches counts. */
+export interface EventCounts {
+  /** Answered ok: true without `duplicate`: stored now. */
+  stored: number
+  /** Answered ok: true with `duplicate: true` (none expected: every event_id is fresh). */
+  duplicate: number
+  /** Answered ok: false, by status. */
+  problems: Record<string, number>
+}
+
 /** One run's figures (the warmup's or the measured one's). */
 interface Measured extends Counts {
   durationS: number
@@ -67,6 +85,8 @@ interface Measured extends Counts {
   statusCodes: Record<string, number>
   /** Fixed rate only: the most a request was issued after its due time (the generator falling behind). */
   lateMs: number | null
+  /** --batch only: the events of the 2xx answers, by result. */
+  events: EventCounts | null
 }
 
 export interface LoadSummary extends Measured {
@@ -76,8 +96,14 @@ export interface LoadSummary extends Measured {
   agentPrefix: string
   /** The offered rate (req/s) of a fixed-rate run; null at saturation. */
   rate: number | null
+  /** Events per request (POST /events/batch); null for POST /events and POST /holds. */
+  batch: number | null
+  /** --batch only: events answered ok (stored or duplicate) per second of the measured run. */
+  eventsPerSec: number | null
+  /** API keys (users) the load was spread over. */
+  keys: number
   /** The warmup run before the measurement (null without one); its requests reach the server too. */
-  warmup: (Counts & { durationS: number }) | null
+  warmup: (Counts & { durationS: number; events: EventCounts | null }) | null
   /** When the measured run started and ended (epoch ms, this machine's clock): what the server did meanwhile is the phase's. */
   startedAt: number
   endedAt: number
@@ -87,6 +113,8 @@ const MAX_CONNECTIONS = 1000
 const MAX_SECONDS = 600
 const MAX_AGENTS = 1_000_000
 const MAX_RATE = 1_000_000
+/** POST /events/batch takes at most this many events. */
+const MAX_BATCH = 1000
 /** A request unanswered this long counts as an error (a timeout). */
 export const REQUEST_TIMEOUT_S = 10
 
@@ -97,17 +125,37 @@ export const REQUEST_TIMEOUT_S = 10
 async function saturation(
   url: URL,
   headers: Record<string, string>,
-  body: () => string,
+  next: () => Next,
   connections: number,
   length: { seconds: number } | { amount: number },
+  batched = false,
 ): Promise<Measured> {
+  const events: EventCounts | null = batched ? { stored: 0, duplicate: 0, problems: {} } : null
+  // Each 2xx answer of a batch: one result per event, in the request's order.
+  const onResponse = (status: number, body: string) => {
+    if (!events || status < 200 || status >= 300) return
+    for (const r of (JSON.parse(body) as { results: Array<{ ok: boolean; duplicate?: boolean; status?: number }> }).results) {
+      if (!r.ok) events.problems[String(r.status)] = (events.problems[String(r.status)] ?? 0) + 1
+      else if (r.duplicate) events.duplicate++
+      else events.stored++
+    }
+  }
   // Without a callback autocannon returns its tracker, an event emitter that is also the result's promise.
   const run = autocannon({
     url: url.href,
     method: 'POST',
     headers,
     // autocannon rebuilds a request that has a setupRequest before each send.
-    requests: [{ method: 'POST', setupRequest: (req) => ({ ...req, body: body() }) }],
+    requests: [
+      {
+        method: 'POST',
+        setupRequest: (req) => {
+          const n = next()
+          return { ...req, headers: { ...headers, 'x-api-key': n.key }, body: n.body }
+        },
+        ...(events ? { onResponse } : {}),
+      },
+    ],
     // autocannon refuses more connections than requests.
     connections: 'amount' in length ? Math.min(connections, length.amount) : connections,
     pipelining: 1,
@@ -133,6 +181,7 @@ async function saturation(
     latencyMs: { mean: r.latency.average, p50: r.latency.p50, p97_5: r.latency.p97_5, p99: r.latency.p99, max: r.latency.max },
     statusCodes: Object.fromEntries(Object.entries(r.statusCodeStats ?? {}).map(([code, s]) => [code, s.count ?? 0])),
     lateMs: null,
+    events,
   }
 }
 
@@ -159,6 +208,7 @@ async function atRate(url: URL, headers: Record<string, string>, body: () => str
     },
     statusCodes: r.statusCodes,
     lateMs: r.lateMs,
+    events: null,
   }
 }
 
@@ -166,6 +216,12 @@ function boundedNumber(name: string, raw: string | undefined, fallback: number, 
   const n = raw === undefined ? fallback : Number(raw)
   if (!Number.isFinite(n) || n < min || n > max) throw new Error(`--${name} must be a number from ${min} to ${max} (got ${raw})`)
   return n
+}
+
+/** The next request: its body, and the key it is sent with. */
+interface Next {
+  key: string
+  body: string
 }
 
 async function main(): Promise<void> {
@@ -181,6 +237,7 @@ async function main(): Promise<void> {
       'once-per-agent': { type: 'boolean' },
       'usage-objects': { type: 'boolean' },
       holds: { type: 'boolean' },
+      batch: { type: 'string' },
     },
     strict: true,
   })
@@ -195,31 +252,46 @@ async function main(): Promise<void> {
   const rate = values.rate === undefined ? null : Math.round(boundedNumber('rate', values.rate, 0, 1, MAX_RATE))
   const oncePerAgent = values['once-per-agent'] === true
   if (oncePerAgent && rate !== null) throw new Error('--once-per-agent is a saturation run: not with --rate')
-  const apiKey = process.env.BENCH_API_KEY
-  if (!apiKey) throw new Error('BENCH_API_KEY is required (the x-api-key header)')
-
   const holds = values.holds === true
-  const url = new URL(holds ? '/holds' : '/events', base)
-  const headers = { 'content-type': 'application/json', 'x-api-key': apiKey }
-  // One counter for all connections: request n is for agent n mod `agents`.
-  const bodies = (agentPrefix: string) => {
+  const batch = values.batch === undefined ? null : Math.round(boundedNumber('batch', values.batch, 1, 1, MAX_BATCH))
+  if (batch !== null && (rate !== null || oncePerAgent || holds)) throw new Error('--batch is a timed saturation run of POST /events/batch: not with --rate, --once-per-agent or --holds')
+  const keys = (process.env.BENCH_API_KEYS || process.env.BENCH_API_KEY || '').split(',').filter((k) => k !== '')
+  if (keys.length === 0) throw new Error('BENCH_API_KEY (or BENCH_API_KEYS, comma-separated) is required: the x-api-key header')
+  // fixed-rate.ts sends one set of headers; a batch's events are one request's, so one key's.
+  if (keys.length > 1 && (rate !== null || batch !== null)) throw new Error('several API keys only at saturation, one event per request')
+
+  const url = new URL(holds ? '/holds' : batch !== null ? '/events/batch' : '/events', base)
+  const headers = { 'content-type': 'application/json', 'x-api-key': keys[0]! }
+  const one = (agentId: string) => (holds ? holdBody(agentId) : benchBody(agentId, values['usage-objects'] === true))
+  // One counter for all connections: event n is for agent n mod `agents`, sent with that agent's key.
+  const requests = (agentPrefix: string): (() => Next) => {
     let n = 0
-    return holds ? () => holdBody(`${agentPrefix}${n++ % agents}`) : () => benchBody(`${agentPrefix}${n++ % agents}`, values['usage-objects'] === true)
+    if (batch === null) {
+      return () => {
+        const agent = n++ % agents
+        return { key: keys[agent % keys.length]!, body: one(`${agentPrefix}${agent}`) }
+      }
+    }
+    return () => {
+      const events = Array.from({ length: batch }, () => one(`${agentPrefix}${n++ % agents}`))
+      return { key: keys[0]!, body: `{"events":[${events.join(',')}]}` }
+    }
   }
-  const timed = (agentPrefix: string, seconds: number) =>
-    rate === null
-      ? saturation(url, headers, bodies(agentPrefix), connections, { seconds })
-      : atRate(url, headers, bodies(agentPrefix), connections, seconds, rate)
+  const timed = (agentPrefix: string, seconds: number) => {
+    const next = requests(agentPrefix)
+    return rate === null ? saturation(url, headers, next, connections, { seconds }, batch !== null) : atRate(url, headers, () => next().body, connections, seconds, rate)
+  }
 
   let warm: LoadSummary['warmup'] = null
   if (warmup > 0) {
     const w = await timed(`warmup-${prefix}`, warmup)
-    warm = { ok: w.ok, non2xx: w.non2xx, errors: w.errors, timeouts: w.timeouts, sent: w.sent, durationS: w.durationS }
+    warm = { ok: w.ok, non2xx: w.non2xx, errors: w.errors, timeouts: w.timeouts, sent: w.sent, durationS: w.durationS, events: w.events }
   }
   const startedAt = Date.now()
-  const measured = oncePerAgent ? await saturation(url, headers, bodies(prefix), connections, { amount: agents }) : await timed(prefix, duration)
+  const measured = oncePerAgent ? await saturation(url, headers, requests(prefix), connections, { amount: agents }) : await timed(prefix, duration)
   const endedAt = Date.now()
-  const summary: LoadSummary = { url: base.origin, connections, agents, agentPrefix: prefix, rate, ...measured, warmup: warm, startedAt, endedAt }
+  const eventsPerSec = measured.events && measured.durationS > 0 ? (measured.events.stored + measured.events.duplicate) / measured.durationS : null
+  const summary: LoadSummary = { url: base.origin, connections, agents, agentPrefix: prefix, rate, batch, eventsPerSec, keys: keys.length, ...measured, warmup: warm, startedAt, endedAt }
   process.stdout.write(`${JSON.stringify(summary)}\n`)
 }
 

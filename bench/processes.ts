@@ -8,7 +8,7 @@ import { once } from 'node:events'
 import { closeSync, openSync, readFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { Redis } from 'ioredis'
-import { REQUEST_TIMEOUT_S, type Counts, type LoadSummary } from './load.ts'
+import { REQUEST_TIMEOUT_S, type Counts, type EventCounts, type LoadSummary } from './load.ts'
 
 export const ROOT = resolve(import.meta.dirname, '..')
 export const NODE = process.execPath
@@ -134,13 +134,16 @@ export function cpuSeconds(pid: number | undefined): number | null {
   }
 }
 
-/** `phase` with the CPU microseconds `pid` spent per 2xx answer during it (null off Linux). */
-export async function withCpu(pid: number | undefined, phase: Promise<LoadSummary>): Promise<LoadSummary & { cpuUsPerRequest: number | null }> {
+/**
+ * `phase` with the CPU microseconds `pid` spent per 2xx answer during it, and per event
+ * stored (the same but for a phase of batches), null off Linux.
+ */
+export async function withCpu(pid: number | undefined, phase: Promise<LoadSummary>): Promise<LoadSummary & { cpuUsPerRequest: number | null; cpuUsPerEvent: number | null }> {
   const before = cpuSeconds(pid)
   const s = await phase
   const after = cpuSeconds(pid)
-  const answered = s.ok + (s.warmup?.ok ?? 0)
-  return { ...s, cpuUsPerRequest: before === null || after === null || answered === 0 ? null : ((after - before) * 1e6) / answered }
+  const per = (n: number) => (before === null || after === null || n === 0 ? null : ((after - before) * 1e6) / n)
+  return { ...s, cpuUsPerRequest: per(s.ok + (s.warmup?.ok ?? 0)), cpuUsPerEvent: per(acknowledged(s)) }
 }
 
 export function fmt(n: number, digits = 0): string {
@@ -214,6 +217,10 @@ export interface Phase {
   agents?: number
   /** POST /holds for each call instead of POST /events. */
   holds?: boolean
+  /** POST /events/batch of this many events per request (a timed saturation only). */
+  batch?: number
+  /** API keys to spread the agents over (agent i with key i mod their number), instead of the one given. */
+  keys?: readonly string[]
 }
 
 export async function load(url: string, apiKey: string, opts: LoadOptions, phase: Phase): Promise<LoadSummary> {
@@ -225,11 +232,13 @@ export async function load(url: string, apiKey: string, opts: LoadOptions, phase
     ...(typeof phase.load === 'object' ? ['--rate', String(phase.load.rate)] : []),
     ...(phase.usageObjects ? ['--usage-objects'] : []),
     ...(phase.holds ? ['--holds'] : []),
+    ...(phase.batch ? ['--batch', String(phase.batch)] : []),
   ]
   // A pass over the agents is as long as the server takes: bounded by every request timing out.
   const measuredS = phase.load === 'once-per-agent' ? Math.ceil((phase.agents ?? opts.agents) / opts.connections) * REQUEST_TIMEOUT_S : opts.duration
   const timeoutMs = (phase.warmup + measuredS + 60) * 1000
-  const out = await run(args, { ...process.env, BENCH_API_KEY: apiKey }, `load against ${url}`, timeoutMs)
+  const env = { ...process.env, BENCH_API_KEY: apiKey, BENCH_API_KEYS: phase.keys?.join(',') ?? '' }
+  const out = await run(args, env, `load against ${url}`, timeoutMs)
   const last = out.trim().split('\n').at(-1)
   if (!last) throw new Error(`load against ${url} printed nothing`)
   return JSON.parse(last) as LoadSummary
@@ -336,8 +345,23 @@ export function cutOff(c: Counts): number {
   return Math.max(0, c.sent - c.ok - c.non2xx - c.errors)
 }
 
-/** A phase's non-2xx responses, connection errors and timeouts, its warmup's included. */
+/**
+ * The events a phase's answers acknowledged as stored, its warmup's included: its 2xx
+ * answers, or for batches the results stored (not a duplicate, not a problem).
+ */
+export function acknowledged(s: LoadSummary): number {
+  const events = (c: { ok: number; events: EventCounts | null }) => (c.events ? c.events.stored : c.ok)
+  return events(s) + (s.warmup ? events(s.warmup) : 0)
+}
+
+/** The events of the requests a phase cut off (see cutOff), its warmup's included: a batch's events each. */
+export function unanswered(s: LoadSummary): number {
+  return (cutOff(s) + (s.warmup ? cutOff(s.warmup) : 0)) * (s.batch ?? 1)
+}
+
+/** A phase's non-2xx responses, connection errors and timeouts, and a batch's events refused, its warmup's included. */
 export function failures(s: LoadSummary): number {
-  return s.non2xx + s.errors + (s.warmup ? s.warmup.non2xx + s.warmup.errors : 0)
+  const refused = (e: EventCounts | null | undefined) => (e ? Object.values(e.problems).reduce((n, k) => n + k, 0) : 0)
+  return s.non2xx + s.errors + refused(s.events) + (s.warmup ? s.warmup.non2xx + s.warmup.errors + refused(s.warmup.events) : 0)
 }
 

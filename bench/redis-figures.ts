@@ -2,8 +2,8 @@
  * What a phase costs the run's redis-server (REDIS_URL, bench/redis-mode.ts), measured from
  * outside burnrate: INFO commandstats between a CONFIG RESETSTAT and the end of the phase,
  * redis-server's own CPU time from /proc, and, in a short pass of its own, which Lua script
- * each EVALSHA ran and what it called (SLOWLOG, every command logged with its arguments);
- * the rate limiter's script timed alone, to split the scripts' time. And what a
+ * each EVALSHA or FCALL ran and what it called (SLOWLOG, every command logged with its
+ * arguments); the same counters on each master of a cluster. And what a
  * cold phase asked ClickHouse: the agent loader's batches, from the queries
  * bench/trace-clickhouse.ts traced in burnrate.
  */
@@ -38,17 +38,63 @@ export function commandstats(info: string): CommandStat[] {
 
 /** What Redis spent on a phase, per event it acknowledged. */
 export interface RedisCost {
-  /** 2xx answers of the phase (its warmup excluded: the phases measured have none). */
+  /** Events the phase acknowledged, its warmup's included. */
   events: number
   /** Every line of INFO commandstats over the phase, the most time first. */
   commandstats: CommandStat[]
-  /** The script commands (EVALSHA, EVAL and their _ro variants): calls and µs inside Redis. */
+  /** The script commands (FCALL, EVALSHA, EVAL and their _ro variants): calls and µs inside Redis. */
   scripts: { calls: number; usec: number }
-  /** scripts.usec ÷ events: Redis's time running scripts per event (the record's and the rate limiter's). */
+  /** scripts.usec ÷ events: Redis's time running scripts per event. */
   usecPerEvent: number
   callsPerEvent: number
-  /** redis-server's user + system CPU over the phase ÷ events (its AOF writes, sockets and background threads too); null off Linux. */
+  /**
+   * FCALL calls: the hot state's functions. In a phase of POST /events alone every one is
+   * the record function's (the SLOWLOG pass names them; the journal's scripts are EVALSHA).
+   */
+  fcalls: number
+  /** events ÷ fcalls: the events one call of the record function carried (the group commit); null without a call. */
+  eventsPerCall: number | null
+  /**
+   * Every command's µs ÷ events, the commands a script calls counted once (in the script's
+   * time, not in their own lines too), the bench's own CONFIG RESETSTAT left out: Redis's
+   * time per event, whatever ran it.
+   */
+  redisUsecPerEvent: number
+  /** redis-server's user + system CPU over the phase ÷ events (its AOF writes, sockets and background threads too); null off Linux or unknown. */
   cpuUsPerRequest: number | null
+}
+
+/** Redis's time per event the figures are held to: the group commit's target. */
+export const REDIS_US_PER_EVENT_TARGET = 20
+
+/**
+ * The commands a Lua script of burnrate's calls (redis.call / redis.pcall in the hot state's
+ * library and the journal's and the rate limiter's scripts): Redis counts each in its own
+ * INFO commandstats line as well as in the script's time. A command also sent on its own
+ * (the shipper's XLEN) is left out with them: a few a second, against thousands of events.
+ */
+function scriptedCommands(): Set<string> {
+  const texts = [LIBRARY.code, ...[...definedScripts().values()].map((d) => d.lua)]
+  return new Set(texts.flatMap((t) => [...t.matchAll(/redis\.p?call\(\s*['"]([A-Za-z]+)['"]/g)].map((m) => m[1]!.toLowerCase())))
+}
+
+/** A phase's INFO commandstats lines, per event. */
+export function costOf(stats: CommandStat[], events: number, cpuUs: number | null): RedisCost {
+  const scripted = scriptedCommands()
+  const scripts = stats.filter((s) => SCRIPT_COMMANDS.has(s.command)).reduce((a, s) => ({ calls: a.calls + s.calls, usec: a.usec + s.usec }), { calls: 0, usec: 0 })
+  const fcalls = stats.filter((s) => s.command === 'fcall').reduce((n, s) => n + s.calls, 0)
+  const usec = stats.filter((s) => !scripted.has(s.command) && !s.command.startsWith('config|')).reduce((n, s) => n + s.usec, 0)
+  return {
+    events,
+    commandstats: stats,
+    scripts,
+    usecPerEvent: events > 0 ? scripts.usec / events : 0,
+    callsPerEvent: events > 0 ? scripts.calls / events : 0,
+    fcalls,
+    eventsPerCall: fcalls > 0 ? events / fcalls : null,
+    redisUsecPerEvent: events > 0 ? usec / events : 0,
+    cpuUsPerRequest: cpuUs === null || events === 0 ? null : cpuUs / events,
+  }
 }
 
 /**
@@ -62,16 +108,34 @@ export async function measureRedis(client: Redis): Promise<(events: number) => P
   return async (events) => {
     const cpu1 = cpuSeconds(pid)
     const stats = commandstats(await client.info('commandstats'))
-    const scripts = stats.filter((s) => SCRIPT_COMMANDS.has(s.command)).reduce((a, s) => ({ calls: a.calls + s.calls, usec: a.usec + s.usec }), { calls: 0, usec: 0 })
-    return {
-      events,
-      commandstats: stats,
-      scripts,
-      usecPerEvent: events > 0 ? scripts.usec / events : 0,
-      callsPerEvent: events > 0 ? scripts.calls / events : 0,
-      cpuUsPerRequest: cpu0 === null || cpu1 === null || events === 0 ? null : ((cpu1 - cpu0) * 1e6) / events,
-    }
+    return costOf(stats, events, cpu0 === null || cpu1 === null ? null : (cpu1 - cpu0) * 1e6)
   }
+}
+
+/** One master's share of a phase: its address, and what it spent. */
+export interface MasterCost {
+  node: string
+  /** Its FCALL line (the hot state's functions): calls and µs. */
+  fcall: { calls: number; usec: number }
+  /** Every command's µs on it, the commands a script calls counted once. */
+  usec: number
+}
+
+/**
+ * The same on each master of a cluster: CONFIG RESETSTAT on every one, and, at the end, each
+ * one's INFO commandstats (its FCALL line, and all its time). Run on a single Redis, one
+ * master: the same figures, to set beside them.
+ */
+export async function measureMasters(masters: Array<{ node: string; client: Redis }>): Promise<() => Promise<MasterCost[]>> {
+  await Promise.all(masters.map((m) => m.client.config('RESETSTAT')))
+  return async () =>
+    Promise.all(
+      masters.map(async (m) => {
+        const cost = costOf(commandstats(await m.client.info('commandstats')), 1, null)
+        const fcall = cost.commandstats.find((c) => c.command === 'fcall')
+        return { node: m.node, fcall: { calls: fcall?.calls ?? 0, usec: fcall?.usec ?? 0 }, usec: cost.redisUsecPerEvent }
+      }),
+    )
 }
 
 /** A Lua script a client defines (ioredis defineCommand): its name and text. */
@@ -106,31 +170,8 @@ export function definedScripts(): Map<string, DefinedScript> {
   return scripts
 }
 
-/** @fastify/rate-limit's Redis store: its scripts' names start with this; the one run per request is `rateLimit`. */
+/** @fastify/rate-limit's Redis store (the limits of the routes other than POST /events and the holds): its scripts' names start with this. */
 export const RATE_LIMITER = '@fastify/rate-limit '
-
-/**
- * Redis's time per call of @fastify/rate-limit's script alone (µs, INFO commandstats): `calls`
- * calls on a key of the bench's own, 50 at a time, with the arguments burnrate's limits give
- * it (a window of a minute, a limit never reached). Redis cannot tell one EVALSHA's time from
- * another's, so this is how the warm phase's script time is split (an estimate: the
- * script's time alone, not under the phase's load). Null when the script is not found.
- */
-export async function rateLimiterAlone(client: Redis, calls = 5000): Promise<number | null> {
-  const script = [...definedScripts().values()].find((s) => s.name === `${RATE_LIMITER}rateLimit`)
-  if (!script) return null
-  const sha = (await client.script('LOAD', script.lua)) as string
-  const key = 'bench:rate-limit-alone'
-  await client.config('RESETSTAT')
-  for (let sent = 0; sent < calls; sent += 50) {
-    const pipe = client.pipeline()
-    for (let i = 0; i < 50; i++) pipe.evalsha(sha, 1, key, 60_000, 100_000_000, 'false', 'false')
-    await pipe.exec()
-  }
-  const evalsha = commandstats(await client.info('commandstats')).find((c) => c.command === 'evalsha')
-  await client.del(key)
-  return evalsha && evalsha.calls > 0 ? evalsha.usec / evalsha.calls : null
-}
 
 /** A script (or a command) in a SLOWLOG sample: its calls, and the commands a script called. */
 export interface ScriptStat {

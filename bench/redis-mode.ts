@@ -5,15 +5,18 @@
  *
  * - REDIS_URL, one redis-server: cold (every agent loaded from
  *   ClickHouse), warm saturation with what it cost Redis (INFO commandstats and
- *   redis-server's CPU over the phase, bench/redis-figures.ts), which script each call ran
- *   (a pass of one event per agent with every command in the SLOWLOG), 50 % of it; then
+ *   redis-server's CPU over the phase, bench/redis-figures.ts), the same saturation in
+ *   POST /events/batch requests of BATCH events with what it cost Redis, which script each
+ *   call ran (a pass of one event per agent with every command in the SLOWLOG), 50 % of it; then
  *   what Redis holds per agent and per remembered event id; POST /holds at saturation for
  *   the same agents, after the memory is measured so their keys do not count in
- *   it; last, a cold start as an operator meets it: agents with a history in ClickHouse,
- *   Redis flushed under the running burnrate, then each agent's first event.
+ *   it; a cold start as an operator meets it: agents with a history in ClickHouse,
+ *   Redis flushed under the running burnrate, then each agent's first event; last, USERS
+ *   users at saturation (usersPhase).
  * - REDIS_CLUSTER_NODES, three masters with a replica each: cold, warm
- *   saturation, and warm saturation again with REDIS_WAIT_REPLICAS=1 (every durable write
- *   waits for a replica to hold it).
+ *   saturation, USERS users at saturation with each master's share of the script time,
+ *   and warm saturation again with REDIS_WAIT_REPLICAS=1 (every durable write waits for a
+ *   replica to hold it).
  *
  * Both end with the stored = acknowledged check over every phase, and count their failures.
  */
@@ -24,10 +27,15 @@ import type { Redis } from 'ioredis'
 import { startRedis } from '../test/helpers/redis.ts'
 import { startRedisCluster } from '../test/helpers/redis-cluster.ts'
 import type { LoadSummary } from './load.ts'
-import { createKey, cutOff, failures, getJson, halfOf, load, postJson, redisMemory, startBurnrate, stop, storedLlmCalls, withCpu, type LoadOptions } from './processes.ts'
-import { loaderFigures, measureRedis, rateLimiterAlone, readTrace, sampleScripts, type LoaderFigures, type RedisCost, type ScriptStat } from './redis-figures.ts'
+import { acknowledged, createKey, failures, getJson, halfOf, load, postJson, redisMemory, startBurnrate, stop, storedLlmCalls, unanswered, withCpu, type LoadOptions } from './processes.ts'
+import { loaderFigures, measureMasters, measureRedis, readTrace, sampleScripts, type LoaderFigures, type MasterCost, type RedisCost, type ScriptStat } from './redis-figures.ts'
 
-type Timed = LoadSummary & { cpuUsPerRequest: number | null }
+type Timed = LoadSummary & { cpuUsPerRequest: number | null; cpuUsPerEvent: number | null }
+
+/** Events per POST /events/batch request in the batch phase. */
+export const BATCH = 100
+/** Users (API keys) of the phase that spreads the load over a cluster's masters. */
+export const USERS = 48
 
 /** What every store run measures and checks. */
 export interface StoreRunResult {
@@ -42,16 +50,29 @@ export interface StoreRunResult {
 }
 
 export interface RedisModeResult extends StoreRunResult {
+  /** Saturation in POST /events/batch requests of BATCH events, right after the warm phase, on its agents and key. */
+  batch: Timed
+  /** What the batch phase cost Redis (INFO commandstats over it, per event). */
+  batchRedis: RedisCost
   /** Which script each call ran, from a pass of one event for each of `events` warm agents with every command in the SLOWLOG. */
   scripts: { events: number; byScript: ScriptStat[]; complete: boolean }
-  /** Redis's µs per call of @fastify/rate-limit's script alone (null when not found): how the warm phase's script time is split. */
-  rateLimiterUsPerCall: number | null
   half: LoadSummary
   holds: Timed
   memory: Awaited<ReturnType<typeof redisMemory>>
   coldStart: ColdStartResult
   /** The agent loader's batches (bench/trace-clickhouse.ts) in the cold phases: the run's first, the cold start's new agents, and after FLUSHALL. */
   loader: { cold: LoaderFigures; newAgents: LoaderFigures; flushed: LoaderFigures }
+  users: UsersResult
+}
+
+/** USERS users' saturation (usersPhase). */
+export interface UsersResult {
+  users: number
+  /** One event for each agent, every one new: the agents made known before the measured phase. */
+  cold: LoadSummary
+  saturation: Timed
+  /** Each master's FCALL line and time over the saturation phase (one for a single redis-server). */
+  masters: MasterCost[]
 }
 
 /** The cold start an operator meets: agents with a history, Redis flushed under burnrate, then each agent's first event. */
@@ -73,8 +94,15 @@ export interface ColdStartResult {
 }
 
 export interface ClusterModeResult extends StoreRunResult {
+  users: UsersResult
   /** Warm saturation on the same agents, burnrate restarted with REDIS_WAIT_REPLICAS=1. */
   warmWait: Timed
+}
+
+/** A master of the store: its address, and a client of the bench's own on it. */
+interface Master {
+  node: string
+  client: Redis
 }
 
 /** A Redis deployment of the run's own: the environment that points burnrate at it, and how to stop it. */
@@ -83,6 +111,8 @@ interface Store {
   stop(): Promise<void>
   /** Starts measuring what a phase costs the store; the function returned ends it, for the events the phase acknowledged. */
   measure?(): Promise<(events: number) => Promise<RedisCost>>
+  /** The masters, as they are now (the single redis-server, or each master of a cluster). */
+  masters(): Promise<Master[]>
 }
 
 /** The burnrate under test, for the phases a store run adds after cold and warm. */
@@ -90,6 +120,8 @@ interface Target {
   readonly url: string
   readonly pid: number | undefined
   readonly apiKey: string
+  /** A new API key of `user` (burnrate's CLI, as the run's key). */
+  createKey(name: string, user: string): Promise<string>
   /**
    * Stops this burnrate and starts another on the same DATA_DIR and store with `env` added:
    * chDB opens a data path once per process, so two cannot run side by side on it.
@@ -97,10 +129,14 @@ interface Target {
   restart(env: Record<string, string>): Promise<void>
 }
 
-/** The phases a store run adds: POST /events phases count in stored = acknowledged; the others (POST /holds) only in the failures. */
+/**
+ * The phases a store run adds: POST /events phases count in stored = acknowledged; the others
+ * (POST /holds) only in the failures. The events of `keys` (other users) count in stored too.
+ */
 interface MorePhases {
   events: LoadSummary[]
   others: LoadSummary[]
+  keys?: string[]
 }
 
 /** How long the cluster's nodes get to stop (a master waits up to 10 s for its replicas: Redis's shutdown-timeout). */
@@ -142,6 +178,7 @@ async function storeRun<S extends Store, M extends MorePhases>(
           return burnrate.child.pid
         },
         apiKey,
+        createKey: (name, user) => createKey(env, name, user),
         async restart(extra) {
           await stop(burnrate.child, 'burnrate')
           burnrate = await start(extra)
@@ -153,12 +190,13 @@ async function storeRun<S extends Store, M extends MorePhases>(
       const measuring = await store.measure?.()
       const warm = await withCpu(target.pid, load(target.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
       const warmRedis = measuring ? await measuring(warm.ok) : null
-      const { events, others, ...extra } = await more(target, store, { cold, warm })
-      const stored = await storedLlmCalls(target.url, apiKey)
+      const { events, others, keys = [], ...extra } = await more(target, store, { cold, warm })
+      let stored = 0
+      for (const key of [apiKey, ...keys]) stored += await storedLlmCalls(target.url, key)
       const runs = [cold, warm, ...events]
-      const acked = runs.reduce((n, s) => n + s.ok + (s.warmup?.ok ?? 0), 0)
+      const acked = runs.reduce((n, s) => n + acknowledged(s), 0)
       // Requests autocannon cut off at the end of a timed run may have been stored unseen.
-      const cut = runs.reduce((n, s) => n + cutOff(s) + (s.warmup ? cutOff(s.warmup) : 0), 0)
+      const cut = runs.reduce((n, s) => n + unanswered(s), 0)
       const failed = [...runs, ...others].reduce((n, s) => n + failures(s), 0)
       return { cold, warm, warmRedis, ...extra, check: { stored, acked, cutOff: cut, ok: stored >= acked && stored <= acked + cut }, failed }
     } finally {
@@ -184,10 +222,21 @@ export async function redisMode(dir: string, opts: LoadOptions & { warmup: numbe
         NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --import=${JSON.stringify(TRACE_PRELOAD)}`.trim(),
         BENCH_CLICKHOUSE_TRACE: trace,
       }
-      return { url: redis.url, client: redis.redis, env, stop: () => redis.stop(), measure: () => measureRedis(redis.redis) }
+      return {
+        url: redis.url,
+        client: redis.redis,
+        env,
+        stop: () => redis.stop(),
+        measure: () => measureRedis(redis.redis),
+        masters: async () => [{ node: `127.0.0.1:${redis.port}`, client: redis.redis }],
+      }
     },
     async (t, redis, { cold, warm }) => {
-      const rateLimiterUsPerCall = await rateLimiterAlone(redis.client)
+      // Right after the warm phase, the same saturation on the same agents and key, in
+      // batches: what the group commit makes of events that arrive together.
+      const measuring = await redis.measure()
+      const batch = await withCpu(t.pid, load(t.url, t.apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', batch: BATCH }))
+      const batchRedis = await measuring(acknowledged(batch))
       // Which script each call runs, in a pass of its own: one event for each of (at most
       // SAMPLED_AGENTS of) the warm phase's agents, all known, every command in the SLOWLOG.
       const sampled = Math.min(opts.agents, SAMPLED_AGENTS)
@@ -201,11 +250,16 @@ export async function redisMode(dir: string, opts: LoadOptions & { warmup: numbe
       const coldStart = await flushedColdStart(t, redis.client, opts, `history-${agentPrefix}`, opts.coldAgents)
       const traced = readTrace(trace)
       const loader = (s: LoadSummary) => loaderFigures(traced, s.startedAt, s.endedAt)
+      // Last: after the FLUSHALL above, so that nothing of these users' is flushed before the check.
+      const { keys, ...users } = await usersPhase(t, redis, opts, `users-${agentPrefix}`)
       return {
-        events: [sample.result, half, ...coldStart.history, coldStart.flushed],
+        events: [batch, sample.result, half, ...coldStart.history, coldStart.flushed, users.cold, users.saturation],
         others: [holds],
+        keys,
+        batch,
+        batchRedis,
+        users,
         scripts: { events: sample.result.ok, byScript: sample.byScript, complete: sample.complete },
-        rateLimiterUsPerCall,
         half,
         holds,
         memory,
@@ -287,6 +341,29 @@ async function shippedToClickHouse(t: Target, agentId: string): Promise<number |
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
+/** burnrate's CLI starts a process per key: this many at a time. */
+const KEYS_AT_ONCE = 4
+
+/**
+ * USERS users, an API key each (burnrate's CLI), and the run's agents spread over them
+ * (agent i is user i mod USERS's): one event for each agent (all new), then saturation for
+ * `duration` seconds, with each master's FCALL line and time over it. A user's keys hash to
+ * one partition, one slot: with several users the partitions, and their scripts, spread over
+ * a cluster's masters. On one machine the masters share its cores, so the throughput cannot
+ * rise; the spread of the script time is what the phase shows.
+ */
+async function usersPhase(t: Target, store: Store, opts: LoadOptions, agentPrefix: string): Promise<UsersResult & { keys: string[] }> {
+  const keys: string[] = []
+  for (let i = 0; i < USERS; i += KEYS_AT_ONCE) {
+    const users = Array.from({ length: Math.min(KEYS_AT_ONCE, USERS - i) }, (_, j) => `bench-user-${i + j}`)
+    keys.push(...(await Promise.all(users.map((user) => t.createKey(user, user)))))
+  }
+  const cold = await load(t.url, t.apiKey, opts, { agentPrefix, warmup: 0, load: 'once-per-agent', keys })
+  const measuring = await measureMasters(await store.masters())
+  const saturation = await withCpu(t.pid, load(t.url, t.apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', keys }))
+  return { users: USERS, keys, cold, saturation, masters: await measuring() }
+}
+
 /**
  * REDIS_CLUSTER_NODES on a Redis Cluster of the run's own. The replica wait is a
  * setting of the process, so its phase is a second burnrate, started once the first has
@@ -306,6 +383,11 @@ export async function clusterMode(dir: string, opts: LoadOptions & { warmup: num
       const cluster = await startRedisCluster()
       return {
         env: { REDIS_CLUSTER_NODES: cluster.seeds.join(',') },
+        // Each node's own client (the helper's), the masters by their role now.
+        async masters() {
+          const roles = await Promise.all(cluster.nodes.map(async (n) => /role:master/.test(await n.redis.info('replication'))))
+          return cluster.nodes.filter((_, i) => roles[i]).map((n) => ({ node: `127.0.0.1:${n.port}`, client: n.redis }))
+        },
         async stop() {
           // A replica sent SIGTERM while it writes its first AOF after a full sync (just
           // created, or resynced under load) refuses to exit ("Writing initial AOF, can't
@@ -328,10 +410,12 @@ export async function clusterMode(dir: string, opts: LoadOptions & { warmup: num
         },
       }
     },
-    async (t) => {
+    async (t, cluster) => {
+      // Before the restart: the replica wait stays out of the comparison with the single Redis's.
+      const { keys, ...users } = await usersPhase(t, cluster, opts, `users-${agentPrefix}`)
       await t.restart({ REDIS_WAIT_REPLICAS: '1' })
       const warmWait = await withCpu(t.pid, load(t.url, t.apiKey, opts, { agentPrefix, warmup: opts.warmup, load: 'saturation' }))
-      return { events: [warmWait], others: [], warmWait }
+      return { events: [users.cold, users.saturation, warmWait], others: [], keys, users, warmWait }
     },
   )
 }

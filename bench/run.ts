@@ -9,15 +9,17 @@
  *   2. starts `burnrate serve` on a fresh temporary DATA_DIR, creates an API key with the CLI,
  *      and loads it: saturation until each agent has sent one event (cold: every event for
  *      an agent new to the hot state), saturation for a while on the same agents (warm),
- *      then a fixed rate of half the warm saturation throughput;
+ *      the same in POST /events/batch requests of 100 events, then a fixed rate of half the
+ *      warm saturation throughput;
  *   3. prints every phase and the ratios burnrate/ceiling;
  *   4. checks that the events burnrate acknowledged are the ones it stores (GET /agents),
  *      and that no request failed; exits 1 if not;
  *   5. unless BENCH_REDIS_URL is set, the Redis hot state (bench/redis-mode.ts): REDIS_URL on
- *      a redis-server of the run's own (with what the warm phase cost Redis, per event and
- *      per request beside burnrate's CPU, and a cold start of agents with a history after
- *      FLUSHALL), then REDIS_CLUSTER_NODES on a Redis Cluster of its own, without and with
- *      REDIS_WAIT_REPLICAS=1, each with the same checks;
+ *      a redis-server of the run's own (with what the warm phase and the batches cost Redis,
+ *      per event and per request beside burnrate's CPU, and a cold start of agents with a
+ *      history after FLUSHALL), then REDIS_CLUSTER_NODES on a Redis Cluster of its own,
+ *      without and with REDIS_WAIT_REPLICAS=1; in both, 48 users at saturation, with each
+ *      master's share of the script time; each with the same checks;
  *   6. history and the write path through an outage; every figure to bench/results.
  *
  * Options (argv wins over env): --connections / BENCH_CONNECTIONS (50), --duration /
@@ -39,10 +41,10 @@ import { parseArgs } from 'node:util'
 import { summarizeProfile } from './cpu-profile.ts'
 import { history, historyFigures, historyTable } from './history.ts'
 import { markdown, writeResults, type Figure } from './results.ts'
-import { clusterMode, redisMode, type ClusterModeResult, type RedisModeResult, type StoreRunResult } from './redis-mode.ts'
-import { RATE_LIMITER, type LoaderFigures, type ScriptStat } from './redis-figures.ts'
+import { BATCH, clusterMode, redisMode, type ClusterModeResult, type RedisModeResult, type StoreRunResult, type UsersResult } from './redis-mode.ts'
+import { REDIS_US_PER_EVENT_TARGET, type LoaderFigures, type MasterCost, type RedisCost, type ScriptStat } from './redis-figures.ts'
 import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
-import { NODE, ROOT, START_TIMEOUT_MS, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, failures, getJson, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, withCpu } from './processes.ts'
+import { NODE, ROOT, START_TIMEOUT_MS, acknowledged, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, failures, getJson, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, unanswered, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, type LoadSummary } from './load.ts'
 
 
@@ -139,7 +141,7 @@ async function logStats(logFile: string): Promise<{ lines: number; warnings: str
 // ---------------------------------------------------------------------------------------
 // The REDIS_URL run's Redis figures (bench/redis-figures.ts) and its cold start after FLUSHALL
 
-type Timed = LoadSummary & { cpuUsPerRequest: number | null }
+type Timed = LoadSummary & { cpuUsPerRequest: number | null; cpuUsPerEvent: number | null }
 
 /** burnrate's CPU and redis-server's per request of the warm phase, and their sum against the embedded warm phase's burnrate alone. */
 function cpuPerRequest(r: RedisModeResult, embedded: Timed) {
@@ -150,39 +152,26 @@ function cpuPerRequest(r: RedisModeResult, embedded: Timed) {
 }
 
 /**
- * The warm phase's script time split between @fastify/rate-limit's script and burnrate's:
- * each one's calls per event from the SLOWLOG pass, the rate limiter's time per call alone.
+ * A phase's Redis time per event (every command, a script's own counted once) against its
+ * target, and the events each FCALL of the record function carried (the group commit).
  */
-function scriptSplit(r: RedisModeResult) {
-  const w = r.warmRedis
-  const s = r.scripts
-  if (!w || s.events === 0) return null
-  const perEvent = (match: (x: ScriptStat) => boolean) => s.byScript.filter(match).reduce((n, x) => n + x.calls, 0) / s.events
-  const limiterCalls = perEvent((x) => x.name.startsWith(RATE_LIMITER))
-  const limiterUs = r.rateLimiterUsPerCall === null ? null : limiterCalls * r.rateLimiterUsPerCall
-  return {
-    rateLimiter: { callsPerEvent: limiterCalls, usPerEvent: limiterUs },
-    burnrate: { callsPerEvent: perEvent((x) => x.script && !x.name.startsWith(RATE_LIMITER)), usPerEvent: limiterUs === null ? null : w.usecPerEvent - limiterUs },
-  }
+function redisPerEventLine(name: string, c: RedisCost): string {
+  return (
+    `${name}: Redis ${fmt(c.redisUsecPerEvent, 1)} µs per event (target ≤ ${REDIS_US_PER_EVENT_TARGET} µs/event), ` +
+    `${c.eventsPerCall === null ? 'n/a' : fmt(c.eventsPerCall, 2)} events per script call (${fmt(c.events)} events, ${fmt(c.fcalls)} FCALLs; INFO commandstats, reset just before the phase)`
+  )
 }
 
 function redisCostLines(r: RedisModeResult, embedded: Timed): void {
   const w = r.warmRedis
   if (!w) return
   const perEvent = (n: number, digits = 1) => (w.events > 0 ? fmt(n / w.events, digits) : 'n/a')
-  console.log(
-    `REDIS_URL warm saturation, Redis's time in scripts (INFO commandstats, reset just before the phase): ${fmt(w.usecPerEvent, 1)} µs per event,` +
-      ` ${fmt(w.callsPerEvent, 2)} script calls per event (EVALSHA/EVAL: ${fmt(w.scripts.calls)} calls, ${fmt(w.scripts.usec)} µs over ${fmt(w.events)} events)`,
-  )
-  const split = scriptSplit(r)
   const us = (n: number | null, digits = 0) => (n === null ? 'n/a' : `${fmt(n, digits)} µs`)
-  if (split) {
-    console.log(
-      `  burnrate's scripts ${fmt(split.burnrate.callsPerEvent, 2)} calls per event, about ${us(split.burnrate.usPerEvent, 1)} per event;` +
-        ` @fastify/rate-limit's ${fmt(split.rateLimiter.callsPerEvent, 2)} calls per event, about ${us(split.rateLimiter.usPerEvent, 1)} per event` +
-        ` (its script alone: ${us(r.rateLimiterUsPerCall, 1)} per call; calls per event from the pass below)`,
-    )
-  }
+  for (const [name, c] of [['warm saturation', w], [`saturation, batches of ${BATCH}`, r.batchRedis]] as const) console.log(redisPerEventLine(`REDIS_URL ${name}`, c))
+  console.log(
+    `REDIS_URL warm saturation, Redis's time in scripts: ${fmt(w.usecPerEvent, 1)} µs per event,` +
+      ` ${fmt(w.callsPerEvent, 2)} script calls per event (FCALL/EVALSHA/EVAL: ${fmt(w.scripts.calls)} calls, ${fmt(w.scripts.usec)} µs over ${fmt(w.events)} events)`,
+  )
   const s = r.scripts
   console.log(
     `REDIS_URL what each call runs (SLOWLOG, every command of one event for each of ${fmt(s.events)} warm agents${s.complete ? '' : '; the log overflowed: the pass\'s end only'}):`,
@@ -265,6 +254,58 @@ function coldStartLines(
   )
 }
 
+/**
+ * The batch phase against the warm one of the same target: its events/s ÷ the warm phase's
+ * requests/s (one event each), and burnrate's CPU per event in each.
+ */
+function batchLine(name: string, batch: Timed, warm: Timed): string {
+  const events = batch.eventsPerSec ?? 0
+  const e = batch.events
+  const problems = e ? Object.entries(e.problems).map(([status, n]) => `${fmt(n)} × ${status}`) : []
+  const cpu = (n: number | null) => (n === null ? 'n/a' : `${fmt(n, 1)} µs`)
+  return (
+    `${name} batches of ${BATCH}: ${fmt(events)} events/s (${fmt(batch.requestsPerSec)} requests/s) = ${ratio(events, warm.requestsPerSec)}x the warm phase's` +
+    ` ${fmt(warm.requestsPerSec)} one-event requests/s (target ≥ 5x); events ${fmt(e?.stored ?? 0)} stored, ${fmt(e?.duplicate ?? 0)} duplicate,` +
+    ` ${problems.length ? problems.join(', ') : 'no problems'}; burnrate's CPU per event ${cpu(batch.cpuUsPerEvent)} against ${cpu(warm.cpuUsPerRequest)} per warm request`
+  )
+}
+
+/** Each master's share of the FCALL time (the hot state's functions) over a phase. */
+function shares(masters: MasterCost[]): number[] {
+  const total = masters.reduce((n, m) => n + m.fcall.usec, 0)
+  return masters.map((m) => (total > 0 ? m.fcall.usec / total : 0))
+}
+
+/** USERS users at saturation on the single Redis and on the cluster: events/s, and each master's share of the script time. */
+function usersLines(single: UsersResult, cluster: UsersResult): void {
+  const row = (name: string, u: UsersResult) => {
+    const share = shares(u.masters)
+    const usec = u.masters.reduce((n, m) => n + m.usec, 0)
+    const fcalls = u.masters.reduce((n, m) => n + m.fcall.calls, 0)
+    return [
+      name,
+      fmt(u.saturation.requestsPerSec),
+      fmt(u.saturation.latencyMs.p99, 1),
+      u.saturation.cpuUsPerRequest === null ? '-' : fmt(u.saturation.cpuUsPerRequest, 0),
+      u.saturation.ok > 0 ? fmt(usec / u.saturation.ok, 1) : '-',
+      fcalls > 0 ? fmt(u.saturation.ok / fcalls, 2) : '-',
+      u.masters.map((m, i) => `${m.node} ${fmt(share[i]! * 100, 0)} %`).join(', '),
+    ]
+  }
+  console.log(`\n${single.users} users (an API key each, the agents spread over them), saturation, single Redis against the cluster:`)
+  console.log(
+    table([
+      ['users phase', 'events/s', 'p99 ms', 'CPU µs/req', 'Redis µs/event', 'events/FCALL', "each master's share of the FCALL time"],
+      row('REDIS_URL, one redis-server', single),
+      row('REDIS_CLUSTER_NODES, 3 masters', cluster),
+    ]),
+  )
+  console.log(
+    `cluster / single Redis, ${single.users} users: ${ratio(cluster.saturation.requestsPerSec, single.saturation.requestsPerSec)} of the events/s` +
+      ` (two cores: the masters share them, so the throughput cannot rise; the spread over the masters is the point)`,
+  )
+}
+
 // ---------------------------------------------------------------------------------------
 
 async function main(): Promise<number> {
@@ -312,6 +353,9 @@ async function main(): Promise<number> {
     const pid = burnrate.child.pid
     const bWarm = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation' }))
     const writes = writePath(before, await scrape(burnrate.metrics), bWarm.durationS)
+    // Right after, the same saturation on the same agents and key in POST /events/batch
+    // requests of BATCH events each: what a client that sends its events in batches gets.
+    const bBatch = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', batch: BATCH }))
     // The same saturation with every call reported as the OpenAI SDK's usage object.
     // Then the token fields once more: the share is taken against the mean of the phases
     // before and after it, so a drift of the machine or of the server over the run (the
@@ -370,6 +414,7 @@ async function main(): Promise<number> {
         row('ceiling   50 % of saturation', cHalf),
         row('burnrate  saturation, cold (1 event/agent)', bCold),
         row('burnrate  saturation, warm', bWarm),
+        row(`burnrate  saturation, batches of ${BATCH}`, bBatch),
         row('burnrate  saturation, usage objects', bUsage),
         row('burnrate  saturation, every budget rule', bAlerts),
         row('burnrate  saturation, POST /holds', bHolds),
@@ -398,6 +443,7 @@ async function main(): Promise<number> {
         ratios('50 % of saturation', bHalf, cHalf, false),
       ]),
     )
+    console.log(batchLine('burnrate', bBatch, bWarm))
     console.log(
       `write path, warm saturation: ${fmt(writes.insertsPerSec, 2)} ClickHouse INSERTs of events per second` +
         ` (${writes.source}); acknowledgement to readable in ClickHouse p99 ${writes.lagP99} s`,
@@ -431,11 +477,11 @@ async function main(): Promise<number> {
 
     // 4. The check: every acknowledged event is stored once; events cut off when autocannon
     //    stopped (sent, unanswered) may or may not have been stored, so they bound the excess.
-    const loads = [bCold, bWarm, bUsage, bAlertsCold, bAlerts, bFlatAgain, bHot, bHalf, bFlood]
-    const acked = loads.reduce((sum, b) => sum + b.ok + (b.warmup?.ok ?? 0), 0)
-    const unanswered = loads.reduce((sum, b) => sum + cutOff(b) + (b.warmup ? cutOff(b.warmup) : 0), 0)
+    const loads = [bCold, bWarm, bBatch, bUsage, bAlertsCold, bAlerts, bFlatAgain, bHot, bHalf, bFlood]
+    const acked = loads.reduce((sum, b) => sum + acknowledged(b), 0)
+    const cut = loads.reduce((sum, b) => sum + unanswered(b), 0)
     const excess = stored - acked
-    const storedOk = excess >= 0 && excess <= unanswered
+    const storedOk = excess >= 0 && excess <= cut
     const failed = [cSat, cHalf, ...loads, bHolds].reduce((sum, s) => sum + failures(s), 0)
     // Every hold answered was granted and is open (none expires within the run): the fleet
     // holds the worst case, 0.0075 USD, of each, and at most the cut-off ones more.
@@ -443,7 +489,7 @@ async function main(): Promise<number> {
     const heldOk = heldHolds >= bHolds.ok && heldHolds <= bHolds.ok + cutOff(bHolds)
     console.log(
       `check: ${storedOk ? 'ok ' : 'FAIL'} stored llm_calls ${fmt(stored)} = ${fmt(acked)} acknowledged (2xx, warmups included)` +
-        ` + ${fmt(excess)} (allowed 0…${fmt(unanswered)}: requests cut off unanswered at the end of a run)`,
+        ` + ${fmt(excess)} (allowed 0…${fmt(cut)}: the events of requests cut off unanswered at the end of a run)`,
     )
     console.log(`check: ${failed === 0 ? 'ok ' : 'FAIL'} ${fmt(failed)} non-2xx responses or errors (all phases, warmups included)`)
     console.log(`check: ${heldOk ? 'ok ' : 'FAIL'} the fleet holds ${fmt(heldHolds)} worst cases = ${fmt(bHolds.ok)} holds answered (+ at most ${fmt(cutOff(bHolds))} cut off)`)
@@ -471,7 +517,7 @@ async function main(): Promise<number> {
         const c = result.check
         console.log(
           `check: ${c.ok ? 'ok ' : 'FAIL'} ${name} stored llm_calls ${fmt(c.stored)} = ${fmt(c.acked)} acknowledged` +
-            ` + ${fmt(c.stored - c.acked)} (allowed 0…${fmt(c.cutOff)}: requests cut off unanswered at the end of a run)`,
+            ` + ${fmt(c.stored - c.acked)} (allowed 0…${fmt(c.cutOff)}: the events of requests cut off unanswered at the end of a run)`,
         )
         console.log(`check: ${result.failed === 0 ? 'ok ' : 'FAIL'} ${name} ${fmt(result.failed)} non-2xx responses or errors (all phases, warmups included)`)
       }
@@ -484,10 +530,12 @@ async function main(): Promise<number> {
           storeHeader('REDIS_URL phase'),
           storeRow('saturation, cold (1 event/agent)', r.cold, true),
           storeRow('saturation, warm', r.warm, true),
+          storeRow(`saturation, batches of ${BATCH} (requests)`, r.batch, false),
           storeRow(`50 % of saturation (${fmt(r.half.rate ?? 0)} offered)`, r.half, false),
           storeRow('POST /holds, saturation', r.holds, true),
         ]),
       )
+      console.log(batchLine('REDIS_URL', r.batch, r.warm))
       console.log(`REDIS_URL POST /holds: ${ratio(r.holds.requestsPerSec, r.warm.requestsPerSec)} of POST /events' warm throughput (target ≥ 0.80)`)
       console.log(
         `Redis: ${fmt(r.memory.bytesPerAgent)} bytes per agent (${fmt(r.memory.agents)} agents), ${fmt(r.memory.bytesPerId, 1)} bytes per remembered event id (${fmt(r.memory.ids)} ids)`,
@@ -518,6 +566,7 @@ async function main(): Promise<number> {
         `cluster, REDIS_WAIT_REPLICAS=1 / without, warm saturation: ${ratio(c.warmWait.requestsPerSec, c.warm.requestsPerSec)} of the throughput,` +
           ` p50 ${ratio(c.warmWait.latencyMs.p50, c.warm.latencyMs.p50)}x, p99 ${ratio(c.warmWait.latencyMs.p99, c.warm.latencyMs.p99)}x${cpu(c.warmWait.cpuUsPerRequest, c.warm.cpuUsPerRequest)}`,
       )
+      usersLines(r.users, c.users)
       storeChecks('REDIS_CLUSTER_NODES', c)
     }
 
@@ -543,6 +592,8 @@ async function main(): Promise<number> {
         ['ingest saturation, one hot agent', bHot],
       ].map(([name, b]) => ({ figure: name as string, value: (b as LoadSummary).requestsPerSec, unit: 'req/s', ratio: (b as LoadSummary).requestsPerSec / cSat.requestsPerSec })),
       { figure: 'ingest CPU per request, warm saturation (burnrate)', value: bWarm.cpuUsPerRequest, unit: 'µs' },
+      { figure: `ingest saturation, batches of ${BATCH}`, value: bBatch.eventsPerSec, unit: 'events/s', ratio: (bBatch.eventsPerSec ?? 0) / bWarm.requestsPerSec },
+      { figure: `ingest CPU per event, batches of ${BATCH} (burnrate)`, value: bBatch.cpuUsPerEvent, unit: 'µs' },
       { figure: 'ingest p50 at 50 %', value: bHalf.latencyMs.p50, unit: 'ms', ratio: bHalf.latencyMs.p50 / cHalf.latencyMs.p50 },
       { figure: 'ingest p99 at 50 %', value: bHalf.latencyMs.p99, unit: 'ms', ratio: bHalf.latencyMs.p99 / cHalf.latencyMs.p99 },
       { figure: 'ingest max at 50 %', value: bHalf.latencyMs.max, unit: 'ms', ratio: bHalf.latencyMs.max / cHalf.latencyMs.max },
@@ -564,21 +615,19 @@ async function main(): Promise<number> {
         { figure: 'Redis memory per agent', value: r.memory.bytesPerAgent, unit: 'B' },
         { figure: 'Redis memory per remembered event id', value: r.memory.bytesPerId, unit: 'B' },
         { figure: 'REDIS_URL POST /holds / POST /events, throughput', value: r.holds.requestsPerSec / r.warm.requestsPerSec, unit: 'ratio' },
+        { figure: `REDIS_URL ingest saturation, batches of ${BATCH}`, value: r.batch.eventsPerSec, unit: 'events/s', ratio: (r.batch.eventsPerSec ?? 0) / r.warm.requestsPerSec },
+        { figure: `REDIS_URL CPU per event, batches of ${BATCH} (burnrate)`, value: r.batch.cpuUsPerEvent, unit: 'µs' },
+        { figure: `REDIS_URL Redis time per event, batches of ${BATCH}`, value: r.batchRedis.redisUsecPerEvent, unit: 'µs' },
+        { figure: `REDIS_URL events per script call, batches of ${BATCH}`, value: r.batchRedis.eventsPerCall, unit: 'events' },
+        { figure: `REDIS_URL ${r.users.users} users, saturation`, value: r.users.saturation.requestsPerSec, unit: 'events/s' },
       )
       if (r.warmRedis) {
         const cpu = cpuPerRequest(r, bWarm)
-        const split = scriptSplit(r)
         f.push(
           { figure: 'REDIS_URL Redis time in scripts per event, warm saturation', value: r.warmRedis.usecPerEvent, unit: 'µs' },
           { figure: 'REDIS_URL script calls per event, warm saturation', value: r.warmRedis.callsPerEvent, unit: 'calls' },
-          ...(split
-            ? [
-                { figure: "REDIS_URL burnrate's script calls per event", value: split.burnrate.callsPerEvent, unit: 'calls' },
-                { figure: "REDIS_URL burnrate's scripts' time per event (the rest of the rate limiter's)", value: split.burnrate.usPerEvent, unit: 'µs' },
-                { figure: "REDIS_URL @fastify/rate-limit's script calls per event", value: split.rateLimiter.callsPerEvent, unit: 'calls' },
-                { figure: "REDIS_URL @fastify/rate-limit's script time per event (alone)", value: split.rateLimiter.usPerEvent, unit: 'µs' },
-              ]
-            : []),
+          { figure: 'REDIS_URL Redis time per event, warm saturation', value: r.warmRedis.redisUsecPerEvent, unit: 'µs' },
+          { figure: 'REDIS_URL events per script call, warm saturation', value: r.warmRedis.eventsPerCall, unit: 'events' },
           { figure: 'REDIS_URL CPU per request, warm saturation: burnrate', value: cpu.burnrate, unit: 'µs' },
           { figure: 'REDIS_URL CPU per request, warm saturation: redis-server', value: cpu.redis, unit: 'µs' },
           { figure: 'REDIS_URL CPU per request, warm saturation: burnrate + redis-server', value: cpu.sum, unit: 'µs' },
@@ -611,6 +660,8 @@ async function main(): Promise<number> {
           { figure: 'REDIS_CLUSTER_NODES ingest saturation, warm, REDIS_WAIT_REPLICAS=1', value: c.warmWait.requestsPerSec, unit: 'req/s', ratio: c.warmWait.requestsPerSec / cSat.requestsPerSec },
           { figure: 'cluster / REDIS_URL, warm throughput', value: c.warm.requestsPerSec / r.warm.requestsPerSec, unit: 'ratio' },
           { figure: 'cluster REDIS_WAIT_REPLICAS=1 / without, warm throughput', value: c.warmWait.requestsPerSec / c.warm.requestsPerSec, unit: 'ratio' },
+          { figure: `REDIS_CLUSTER_NODES ${c.users.users} users, saturation`, value: c.users.saturation.requestsPerSec, unit: 'events/s', ratio: c.users.saturation.requestsPerSec / r.users.saturation.requestsPerSec },
+          { figure: `REDIS_CLUSTER_NODES ${c.users.users} users, largest master's share of the script time`, value: Math.max(...shares(c.users.masters)), unit: 'ratio' },
         )
       }
     } else if (process.env.BENCH_REDIS_URL) {
@@ -622,7 +673,8 @@ async function main(): Promise<number> {
       ? {
           'REDIS_URL warm saturation, Redis': redisRun.warmRedis,
           'REDIS_URL scripts (SLOWLOG pass)': redisRun.scripts,
-          'REDIS_URL @fastify/rate-limit script alone, µs per call': redisRun.rateLimiterUsPerCall,
+          [`REDIS_URL saturation, batches of ${BATCH}, Redis`]: redisRun.batchRedis,
+          [`REDIS_URL and REDIS_CLUSTER_NODES, ${redisRun.users.users} users, each master`]: { single: redisRun.users.masters, cluster: clusterRun?.users.masters ?? null },
           'REDIS_URL cold start': redisRun.coldStart,
           'REDIS_URL agent loader (traced)': redisRun.loader,
         }
