@@ -4,8 +4,11 @@
  *   1. An empty store: start-up, then ingest at a fixed rate and reads, as the baseline.
  *   2. A store seeded with `events` llm_calls of the last 24 h over `agents` agents
  *      (bench/seed.ts, INSERT … SELECT, not the HTTP API): time to /readyz and peak RSS;
- *      reads (GET /agents, GET /agents/{id}, GET /agents/{id}/hourly, GET /agents/events)
- *      and ingest at the same fixed rate; each as p50/p99 and as a ratio to the empty store.
+ *      reads (GET /agents whole and a page of 100, GET /agents/{id}, GET /agents/{id}/hourly,
+ *      GET /agents/events) and ingest at the same fixed rate; each as p50/p99 and as a ratio
+ *      to the empty store.
+ *   3. Both again with REDIS_URL, on a redis-server of their own (AOF on): the hot state in
+ *      Redis, loaded from ClickHouse agent by agent as the ingest and the reads ask for them.
  *
  *   node bench/history.ts [--full] [--events N] [--agents N] [--rate R] [--duration S]
  *
@@ -16,6 +19,7 @@ import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
+import { startRedis } from '../test/helpers/redis.ts'
 import { ROOT, children, createKey, fmt, ratio, run, startBurnrate, stop, table } from './processes.ts'
 import type { LoadSummary } from './load.ts'
 import type { Figure } from './results.ts'
@@ -36,6 +40,8 @@ export interface HistoryResult {
   seedSeconds: number
   empty: Store
   history: Store
+  /** The same two with REDIS_URL. */
+  redis: { empty: Store; history: Store }
 }
 
 interface Store {
@@ -88,7 +94,7 @@ async function sample(url: string, apiKey: string, path: () => string, seconds: 
   return { requests: latencies.length, p50: at(0.5), p99: at(0.99), max: latencies.at(-1) ?? 0 }
 }
 
-async function measureStore(dir: string, o: { agents: number; rate: number; duration: number }): Promise<Store> {
+async function measureStore(dir: string, o: { agents: number; rate: number; duration: number; redisUrl?: string }): Promise<Store> {
   const env: NodeJS.ProcessEnv = {
     ...process.env,
     DATA_DIR: dir,
@@ -98,7 +104,8 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
     LOG_LEVEL: 'info',
     READS_RATE_LIMIT: '100000000',
   }
-  for (const name of ['CLICKHOUSE_URL', 'REDIS_URL', 'PRICES_FILE']) delete env[name]
+  for (const name of ['CLICKHOUSE_URL', 'REDIS_URL', 'REDIS_CLUSTER_NODES', 'PRICES_FILE']) delete env[name]
+  if (o.redisUrl) env.REDIS_URL = o.redisUrl
   await mkdir(dir, { recursive: true })
   const started = performance.now()
   const burnrate = await startBurnrate(env, join(dir, 'burnrate.log'), null, 600_000)
@@ -119,6 +126,7 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
     const agent = () => `${PREFIX}${Math.floor(Math.random() * known)}`
     const reads: Record<string, Latency> = {
       'GET /agents': await sample(burnrate.url, apiKey, () => '/agents', o.duration),
+      'GET /agents?limit=100': await sample(burnrate.url, apiKey, () => '/agents?limit=100', o.duration),
       'GET /agents/{id}': await sample(burnrate.url, apiKey, () => `/agents/${agent()}`, o.duration),
       'GET /agents/{id}/hourly': await sample(burnrate.url, apiKey, () => `/agents/${agent()}/hourly`, o.duration),
       'GET /agents/events?limit=50': await sample(burnrate.url, apiKey, () => '/agents/events?limit=50', o.duration),
@@ -147,7 +155,18 @@ export async function history(o: { events: number; agents: number; rate: number;
     )
     const { seconds: seedSeconds } = JSON.parse(seedOut.trim().split('\n').at(-1)!) as { seconds: number }
     const history = await measureStore(seeded, o)
-    return { events: o.events, agents: o.agents, seedSeconds, empty, history }
+    // With REDIS_URL: the same ClickHouse data (the seeded store once more; the empty store
+    // afresh), the hot state in a Redis that starts empty.
+    const withRedis = async (store: string): Promise<Store> => {
+      const redis = await startRedis({ dir: await mkdtemp(join(dir, 'redis-')) })
+      try {
+        return await measureStore(store, { ...o, redisUrl: redis.url })
+      } finally {
+        await redis.stop()
+      }
+    }
+    const redis = { empty: await withRedis(join(dir, 'empty-redis')), history: await withRedis(seeded) }
+    return { events: o.events, agents: o.agents, seedSeconds, empty, history, redis }
   } finally {
     await rm(dir, { recursive: true, force: true })
   }
@@ -157,24 +176,38 @@ export async function history(o: { events: number; agents: number; rate: number;
 export function historyFigures(r: HistoryResult): Figure[] {
   const n = `${(r.events / 1e6).toLocaleString('en-US')} M events`
   const figures: Figure[] = [
-    { figure: `start-up with ${n}: to /readyz`, value: r.history.readySeconds, unit: 's' },
-    { figure: `start-up with ${n}: peak RSS`, value: r.history.peakRssBytes === null ? null : r.history.peakRssBytes / 2 ** 20, unit: 'MiB' },
-    { figure: `ingest p50 at ${r.history.ingest.rate} req/s, ${n}`, value: r.history.ingest.p50, unit: 'ms', ratio: r.history.ingest.p50 / r.empty.ingest.p50 },
-    { figure: `ingest p99 at ${r.history.ingest.rate} req/s, ${n}`, value: r.history.ingest.p99, unit: 'ms', ratio: r.history.ingest.p99 / r.empty.ingest.p99 },
+    ...storeFigures(n, r.empty, r.history, ''),
+    ...storeFigures(n, r.redis.empty, r.redis.history, 'REDIS_URL '),
+  ]
+  return figures
+}
+
+function storeFigures(n: string, empty: Store, history: Store, mode: string): Figure[] {
+  const r = { empty, history }
+  const figures: Figure[] = [
+    { figure: `${mode}start-up with ${n}: to /readyz`, value: r.history.readySeconds, unit: 's' },
+    { figure: `${mode}start-up with ${n}: peak RSS`, value: r.history.peakRssBytes === null ? null : r.history.peakRssBytes / 2 ** 20, unit: 'MiB' },
+    { figure: `${mode}ingest p50 at ${r.history.ingest.rate} req/s, ${n}`, value: r.history.ingest.p50, unit: 'ms', ratio: r.history.ingest.p50 / r.empty.ingest.p50 },
+    { figure: `${mode}ingest p99 at ${r.history.ingest.rate} req/s, ${n}`, value: r.history.ingest.p99, unit: 'ms', ratio: r.history.ingest.p99 / r.empty.ingest.p99 },
   ]
   for (const [name, h] of Object.entries(r.history.reads)) {
     const e = r.empty.reads[name]!
-    figures.push({ figure: `${name} p50, ${n}`, value: h.p50, unit: 'ms', ratio: h.p50 / e.p50 })
-    figures.push({ figure: `${name} p99, ${n}`, value: h.p99, unit: 'ms', ratio: h.p99 / e.p99 })
+    figures.push({ figure: `${mode}${name} p50, ${n}`, value: h.p50, unit: 'ms', ratio: h.p50 / e.p50 })
+    figures.push({ figure: `${mode}${name} p99, ${n}`, value: h.p99, unit: 'ms', ratio: h.p99 / e.p99 })
   }
   return figures
 }
 
-export function historyTable(r: HistoryResult): string {
+export function historyTable(result: HistoryResult): string {
+  return `${storeTable(result.events, result.empty, result.history, 'embedded')}\n\n${storeTable(result.events, result.redis.empty, result.redis.history, 'REDIS_URL')}`
+}
+
+function storeTable(events: number, empty: Store, history: Store, mode: string): string {
+  const r = { empty, history }
   const ms = (n: number) => fmt(n, 1)
   const mb = (n: number | null) => (n === null ? 'n/a' : fmt(n / 2 ** 20))
   const rows = [
-    ['figure', 'empty', `${fmt(r.events)} events`, 'ratio'],
+    [mode, 'empty', `${fmt(events)} events`, 'ratio'],
     ['start-up: seconds to /readyz', fmt(r.empty.readySeconds, 1), fmt(r.history.readySeconds, 1), '-'],
     ['start-up: peak RSS, MiB', mb(r.empty.peakRssBytes), mb(r.history.peakRssBytes), '-'],
     [`ingest at ${fmt(r.empty.ingest.rate)} req/s: p50 ms`, ms(r.empty.ingest.p50), ms(r.history.ingest.p50), ratio(r.history.ingest.p50, r.empty.ingest.p50)],

@@ -102,9 +102,17 @@ async function startCeiling(): Promise<{ child: ChildProcess; url: string }> {
   return { child, url: line.trim() }
 }
 
-/** bench/flood.ts against `url` for `seconds`: made-up keys, 10 connections. */
-async function flood(url: string, seconds: number): Promise<{ requestsPerSec: number; statusCodes: Record<string, number>; errors: number }> {
-  const out = await run([join(ROOT, 'bench', 'flood.ts'), '--url', url, '--connections', '10', '--duration', String(seconds)], process.env, `flood against ${url}`, (seconds + 60) * 1000)
+/** Client addresses of the wide unknown-key flood. */
+const FLOOD_ADDRESSES = 1000
+
+/** bench/flood.ts against `url` for `seconds`: made-up keys, 10 connections, from `addresses` client addresses. */
+async function flood(url: string, seconds: number, addresses = 1): Promise<{ requestsPerSec: number; statusCodes: Record<string, number>; errors: number }> {
+  const out = await run(
+    [join(ROOT, 'bench', 'flood.ts'), '--url', url, '--connections', '10', '--duration', String(seconds), '--addresses', String(addresses)],
+    process.env,
+    `flood against ${url}`,
+    (seconds + 60) * 1000,
+  )
   return JSON.parse(out.trim().split('\n').at(-1)!) as { requestsPerSec: number; statusCodes: Record<string, number>; errors: number }
 }
 
@@ -337,7 +345,8 @@ async function main(): Promise<number> {
 
     // 2. burnrate, embedded stores on a fresh DATA_DIR.
     // CONFIG_RATE_LIMIT: the alert-level phase configures every one of its agents.
-    const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', METRICS_PORT: '0', CONFIG_RATE_LIMIT: '100000000' }
+    // TRUST_PROXY: the wide flood names its addresses in X-Forwarded-For (the load sends none).
+    const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', METRICS_PORT: '0', CONFIG_RATE_LIMIT: '100000000', TRUST_PROXY: 'true' }
     for (const name of STRIPPED_ENV) delete env[name]
     // The production shape's hot state, on purpose only: never a REDIS_URL left in the shell.
     if (process.env.BENCH_REDIS_URL) env.REDIS_URL = process.env.BENCH_REDIS_URL
@@ -390,6 +399,12 @@ async function main(): Promise<number> {
       load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: { rate: halfOf(bWarm) } }),
       flood(burnrate.url, opts.duration),
     ])
+    // Again from 1,000 addresses (X-Forwarded-For; this burnrate has TRUST_PROXY): none is
+    // ever refused for its failures, so every made-up key is verified.
+    const [bFloodWide, floodedWide] = await Promise.all([
+      load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: { rate: halfOf(bWarm) } }),
+      flood(burnrate.url, opts.duration, FLOOD_ADDRESSES),
+    ])
     const stored = (await storedLlmCalls(burnrate.url, apiKey)) + (await storedLlmCalls(burnrate.url, policyKey))
     await stop(burnrate.child, 'burnrate')
     const log = await logStats(logFile)
@@ -422,6 +437,7 @@ async function main(): Promise<number> {
         row('burnrate  saturation, one hot agent', bHot),
         row('burnrate  50 % of saturation', bHalf),
         row('burnrate  50 %, unknown-key flood beside', bFlood),
+        row(`burnrate  50 %, the flood from ${fmt(FLOOD_ADDRESSES)} addresses`, bFloodWide),
       ]),
     )
     console.log()
@@ -463,11 +479,16 @@ async function main(): Promise<number> {
       `POST /holds: ${ratio(bHolds.requestsPerSec, flatMean)} of POST /events' throughput in this run (target ≥ 0.80)` +
         (cpuFlat !== null && bHolds.cpuUsPerRequest != null ? `; burnrate's CPU per request ${fmt(bHolds.cpuUsPerRequest, 0)} µs against ${fmt(cpuFlat, 0)} µs` : ''),
     )
-    const codes = Object.entries(flooded.statusCodes).map(([code, n]) => `${fmt(n)} × ${code}`).join(', ')
-    console.log(
-      `unknown-key flood: ${fmt(flooded.requestsPerSec)} req/s from one address (${codes || 'no answers'}, ${fmt(flooded.errors)} errors);` +
-        ` the fleet's p99 beside it ${ratio(bFlood.latencyMs.p99, bHalf.latencyMs.p99)}x of the phase before (target ≤ 2)`,
-    )
+    for (const [f, b, from] of [
+      [flooded, bFlood, 'one address'],
+      [floodedWide, bFloodWide, `${fmt(FLOOD_ADDRESSES)} addresses`],
+    ] as const) {
+      const codes = Object.entries(f.statusCodes).map(([code, n]) => `${fmt(n)} × ${code}`).join(', ')
+      console.log(
+        `unknown-key flood: ${fmt(f.requestsPerSec)} req/s from ${from} (${codes || 'no answers'}, ${fmt(f.errors)} errors);` +
+          ` the fleet's p99 beside it ${ratio(b.latencyMs.p99, bHalf.latencyMs.p99)}x of the 50 % phase without (target ≤ 2)`,
+      )
+    }
     console.log(
       `fixed-rate load generator: requests issued up to ${fmt(cHalf.lateMs ?? 0, 1)} ms (ceiling) and ` +
         `${fmt(bHalf.lateMs ?? 0, 1)} ms (burnrate) after their due time`,
@@ -477,7 +498,7 @@ async function main(): Promise<number> {
 
     // 4. The check: every acknowledged event is stored once; events cut off when autocannon
     //    stopped (sent, unanswered) may or may not have been stored, so they bound the excess.
-    const loads = [bCold, bWarm, bBatch, bUsage, bAlertsCold, bAlerts, bFlatAgain, bHot, bHalf, bFlood]
+    const loads = [bCold, bWarm, bBatch, bUsage, bAlertsCold, bAlerts, bFlatAgain, bHot, bHalf, bFlood, bFloodWide]
     const acked = loads.reduce((sum, b) => sum + acknowledged(b), 0)
     const cut = loads.reduce((sum, b) => sum + unanswered(b), 0)
     const excess = stored - acked
@@ -602,6 +623,7 @@ async function main(): Promise<number> {
       { figure: 'POST /holds / POST /events, throughput', value: bHolds.requestsPerSec / flatMean, unit: 'ratio' },
       { figure: 'ClickHouse INSERTs of events, warm saturation', value: writes.insertsPerSec, unit: '/s' },
       { figure: 'fleet p99 with an unknown-key flood beside / without', value: bFlood.latencyMs.p99 / bHalf.latencyMs.p99, unit: 'ratio' },
+      { figure: `fleet p99 with the flood from ${FLOOD_ADDRESSES} addresses beside / without`, value: bFloodWide.latencyMs.p99 / bHalf.latencyMs.p99, unit: 'ratio' },
       ...historyFigures(hist),
       ...writePathFigures(wp),
     ]
