@@ -5,7 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process'
 import { once } from 'node:events'
-import { closeSync, openSync, readFileSync } from 'node:fs'
+import { closeSync, fstatSync, openSync, readFileSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { Redis } from 'ioredis'
 import { REQUEST_TIMEOUT_S, type Counts, type EventCounts, type LoadSummary } from './load.ts'
@@ -76,12 +76,14 @@ export async function startBurnrate(
   timeoutMs = START_TIMEOUT_MS,
 ): Promise<{ child: ChildProcess; url: string; metrics: string }> {
   const fd = openSync(logFile, 'a')
+  // The log may hold an earlier process's lines (a store started again): only this one's count.
+  const from = fstatSync(fd).size
   const args = [...(cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', cpuProfDir] : []), BURNRATE, 'serve']
   const child = track(spawn(NODE, args, { env, stdio: ['ignore', fd, fd] }))
   closeSync(fd)
   const found = (async () => {
     for (;;) {
-      for (const line of readFileSync(logFile, 'utf8').split('\n')) {
+      for (const line of readFileSync(logFile).subarray(from).toString('utf8').split('\n')) {
         if (!line.includes('burnrate is serving')) continue
         const entry = JSON.parse(line) as { msg?: string; address?: string; metrics?: string }
         if (entry.msg === 'burnrate is serving' && entry.address && entry.metrics) return { url: entry.address, metrics: entry.metrics }

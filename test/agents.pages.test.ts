@@ -167,3 +167,33 @@ describe.each(modes)('GET /agents in pages (%s)', (_mode, start) => {
     expect(seen).toHaveLength(40) // the newcomer costs the most: it sorts before the cursor
   })
 })
+
+describe('GET /agents after Redis lost the hot state (REDIS_URL)', () => {
+  let h: Harness
+  let own: Awaited<ReturnType<typeof startRedis>>
+  beforeAll(async () => {
+    own = await startRedis()
+    h = await startHarness({ env: { REDIS_URL: own.url } })
+  })
+  afterAll(async () => {
+    await h.close()
+    await own.stop()
+  })
+
+  it('lists every agent with its totals at once, loading the states it misses together', async () => {
+    const key = await h.key(unique('u'))
+    // More agents than one install call takes (500): the loads go in several.
+    const N = 1200
+    for (let i = 0; i < N; i += 600) {
+      const events = Array.from({ length: 600 }, (_, k) => llmCall(`a${String(i + k).padStart(4, '0')}`, { output_tokens: 100 * ((i + k) % 3) }))
+      expect((await h.post('/events/batch', { events }, key)).statusCode).toBe(200)
+    }
+    const before = (await h.get('/agents?sort=agent_id', key)).json().agents
+    expect(before).toHaveLength(N)
+    await h.flush() // the events reach ClickHouse, from which the states are loaded again
+    await own.redis.flushall()
+    const res = await h.get('/agents?sort=agent_id', key)
+    expect(res.statusCode, res.body).toBe(200)
+    expect(res.json().agents).toEqual(before)
+  })
+})

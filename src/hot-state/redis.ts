@@ -199,7 +199,7 @@ export class RedisHotState implements HotState {
     }))
     let reply: { result: ScriptResult<'record'>; states: readonly CallState[] }
     try {
-      reply = await this.#run('record', refs, now, DURABLE, (call) => ({
+      reply = await this.#run('record', refs, now, DURABLE, true, (call) => ({
         keys: this.#partitionKeys(batch[0]!.e.userId),
         args: { ...this.#head(now), ...this.#statesArgs(call), grace: this.#graceMs, rates, events },
         rest: batch.map((w) => JSON.stringify(w.e.row)),
@@ -275,8 +275,8 @@ export class RedisHotState implements HotState {
   }
 
   /** get(), and the projection's reads only `withSpend` (a listing of 10,000 agents has no use for them). */
-  async #read(ref: AgentRef, now: number, withSpend: boolean): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
-    const { result: r, states } = await this.#run('get', [ref] as const, now, !DURABLE, (call) => ({
+  async #read(ref: AgentRef, now: number, withSpend: boolean, load = true): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
+    const { result: r, states } = await this.#run('get', [ref] as const, now, !DURABLE, load, (call) => ({
       keys: this.#partitionKeys(ref.userId),
       args: { ...this.#head(now), ...this.#statesArgs(call), with_projection: withSpend },
     }))
@@ -321,7 +321,25 @@ export class RedisHotState implements HotState {
     const agentIds = await this.activeAgents(userId, now)
     // Issued together: one round trip for the listing. The index may still name an agent
     // whose last event just left the window; its own state says so.
-    const results = await Promise.all(agentIds.map((agentId) => this.#read({ userId, agentId }, now, false)))
+    // A first pass only reads: the states it finds missing (all of them, after a restart
+    // of Redis) are loaded together, one ClickHouse batch and installs of bounded size,
+    // then read again. Each read loading its own state made one install call per agent.
+    const refs = agentIds.map((agentId) => ({ userId, agentId }))
+    const missing: number[] = []
+    const results = await Promise.all(
+      refs.map((ref, i) =>
+        this.#read(ref, now, false, false).catch((err: unknown) => {
+          if (!(err instanceof NotLoaded)) throw err
+          missing.push(i)
+          return null
+        }),
+      ),
+    )
+    if (missing.length > 0) {
+      await this.#loadStates(missing.map((i) => refs[i]!), now)
+      const again = await Promise.all(missing.map((i) => this.#read(refs[i]!, now, false)))
+      missing.forEach((i, k) => (results[i] = again[k]!))
+    }
     return agentIds.flatMap((agentId, i) => (results[i]!.snapshot.active ? [{ agentId, snapshot: results[i]!.snapshot }] : []))
   }
 
@@ -330,7 +348,7 @@ export class RedisHotState implements HotState {
     const row = configRow(ref, policy, now, actor)
     const next = { ...policy }
     const meters = resolveMeters(metersOf(next), now)
-    const { result, states } = await this.#run('setPolicy', [ref] as const, now, DURABLE, (call) => ({
+    const { result, states } = await this.#run('setPolicy', [ref] as const, now, DURABLE, true, (call) => ({
       keys: this.#partitionKeys(ref.userId),
       args: { ...this.#head(now), ...this.#statesArgs(call), policy: JSON.stringify(next), new_meters: luaMeters(meters), version: row.version, shown: row.shown, actor },
       rest: [JSON.stringify(row)],
@@ -341,7 +359,7 @@ export class RedisHotState implements HotState {
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null> {
-    const { result, states } = await this.#run('setPaused', [ref] as const, now, DURABLE, (call) => ({
+    const { result, states } = await this.#run('setPaused', [ref] as const, now, DURABLE, true, (call) => ({
       keys: this.#partitionKeys(ref.userId),
       args: { ...this.#head(now), ...this.#statesArgs(call), paused, actor },
     }))
@@ -351,7 +369,7 @@ export class RedisHotState implements HotState {
   async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
     const fleetRef = fleetOf(ref.userId)
     // Holds are hot state only: a failover may lose one, never an event. No replica waits.
-    const { result, states } = await this.#run('hold', [ref, fleetRef] as const, now, !DURABLE, (call) => ({
+    const { result, states } = await this.#run('hold', [ref, fleetRef] as const, now, !DURABLE, true, (call) => ({
       keys: this.#partitionKeys(ref.userId),
       args: {
         ...this.#head(now),
@@ -395,13 +413,15 @@ export class RedisHotState implements HotState {
    * states as this instance knows them, afresh each time. A state not loaded is loaded, a
    * stale policy is learnt, a journal taken over by another instance is rejoined under a
    * new id, and the script runs again; the journal's bound is a 503. An open hold of
-   * another agent is the caller's to answer.
+   * another agent is the caller's to answer, and so is a state not loaded when `load` is
+   * false (NotLoaded: a listing loads what it misses together).
    */
   async #run<N extends ScriptName, R extends readonly AgentRef[]>(
     name: N,
     refs: R,
     now: number,
     durable: boolean,
+    load: boolean,
     build: (states: CallStates<R>) => { keys: Parameters<typeof queueScript<N>>[2]; args: object; rest?: readonly string[] },
   ): Promise<{ result: ScriptResult<N>; states: CallStates<R> }> {
     const wait = durable ? this.#replicaWait : NO_REPLICA_WAIT
@@ -413,6 +433,7 @@ export class RedisHotState implements HotState {
       const raw = await this.#call(() => durably(this.#redis, wait, (c) => queueScript(c, name, call.keys, call.args, call.rest), (r) => !isControl(r)))
       const reply = parseReply(name, raw)
       if (!isControlReply(reply)) return { result: reply, states }
+      if (!load && reply.control === 'NEEDS_LOAD') throw new NotLoaded()
       await this.#settle(reply, states, instance, now)
     }
     throw new StoreUnavailableError('Redis', `the hot state's ${name} script did not settle in ${MAX_ATTEMPTS} attempts (states expiring or flushed between loads, or a journal fenced again and again)`)
@@ -542,8 +563,27 @@ export class RedisHotState implements HotState {
     return loading
   }
 
-  /** Installs states as ClickHouse has them (lua/load.lua), each only if Redis has none. */
+  /**
+   * Installs states as ClickHouse has them (lua/load.lua), each only if Redis has none: in
+   * calls of at most INSTALL_MAX_STATES states and INSTALL_MAX_IDS event ids, one after the
+   * other. A user's 10,000 agents loaded at once after a restart were one call that held
+   * Redis for seconds, past the command timeout; each state installs on its own, so a
+   * split changes nothing else.
+   */
   async #install(refs: readonly AgentRef[], loads: readonly AgentLoad[], now: number): Promise<void> {
+    for (let start = 0; start < refs.length; ) {
+      let end = start
+      let ids = 0
+      while (end < refs.length && end - start < INSTALL_MAX_STATES && (end === start || ids + loads[end]!.seen.length <= INSTALL_MAX_IDS)) {
+        ids += loads[end]!.seen.length
+        end++
+      }
+      await this.#installCall(refs.slice(start, end), loads.slice(start, end), now)
+      start = end
+    }
+  }
+
+  async #installCall(refs: readonly AgentRef[], loads: readonly AgentLoad[], now: number): Promise<void> {
     const fingerprints: string[] = []
     const states = refs.map((ref, i) => {
       const load = loads[i]!
@@ -627,8 +667,15 @@ interface StateNames {
   keyId: string
 }
 
+/** A state a read without loading (#read's `load` false) found missing. */
+class NotLoaded extends Error {}
+
 /** Keys live 25 h after an agent's last write: longer than the window, so only idle agents expire. */
 const AGENT_TTL_MS = 25 * 60 * 60 * 1000
+
+/** The most states, and event ids, one install call carries (#install). */
+const INSTALL_MAX_STATES = 500
+const INSTALL_MAX_IDS = 20_000
 
 /** Loads, stale policies and fences a call may meet before it acts. */
 const MAX_ATTEMPTS = 5
