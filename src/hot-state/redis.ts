@@ -199,7 +199,7 @@ export class RedisHotState implements HotState {
     }))
     let reply: { result: ScriptResult<'record'>; states: readonly CallState[] }
     try {
-      reply = await this.#run('record', refs, now, DURABLE, true, (call) => ({
+      reply = await this.#run('record', refs, now, DURABLE, (call) => ({
         keys: this.#partitionKeys(batch[0]!.e.userId),
         args: { ...this.#head(now), ...this.#statesArgs(call), grace: this.#graceMs, rates, events },
         rest: batch.map((w) => JSON.stringify(w.e.row)),
@@ -270,30 +270,14 @@ export class RedisHotState implements HotState {
     return { key: `${this.#userNames(userId).budgets}${rate.key}`, max: rate.max, window: rate.windowMs }
   }
 
-  get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
-    return this.#read(ref, now, true)
-  }
-
-  /** get(), and the projection's reads only `withSpend` (a listing of 10,000 agents has no use for them). */
-  async #read(ref: AgentRef, now: number, withSpend: boolean, load = true): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
-    const { result: r, states } = await this.#run('get', [ref] as const, now, !DURABLE, load, (call) => ({
+  async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
+    const { result: r, states } = await this.#run('get', [ref] as const, now, !DURABLE, (call) => ({
       keys: this.#partitionKeys(ref.userId),
-      args: { ...this.#head(now), ...this.#statesArgs(call), with_projection: withSpend },
+      args: { ...this.#head(now), ...this.#statesArgs(call), with_projection: true },
     }))
     const [s] = states
-    const { policy, pv } = s.known
     return {
-      snapshot: {
-        active: r.active,
-        lastEventMinute: r.active ? r.last_minute : null,
-        totalNano: r.total,
-        llmCalls: r.calls,
-        pause: r.pause.paused || r.pause.override ? { paused: r.pause.paused, reason: r.pause.paused ? pauseReasonOf(r.pause.reason) : null, override: r.pause.override, since: r.pause.since } : RUNNING,
-        policy,
-        configured: pv > 0,
-        ignored: { since: r.ignored.since, calls: r.ignored.calls, nano: r.ignored.nano, flagged: r.ignored.flagged },
-        heldNano: r.held,
-      },
+      snapshot: snapshotOf(r, s.known),
       transition: r.transition ? transitionOf(s, r.transition, now) : null,
       exhaustionAt: r.exhausts ?? null,
     }
@@ -319,28 +303,23 @@ export class RedisHotState implements HotState {
 
   async listAgents(userId: string, now: number): Promise<ListedAgent[]> {
     const agentIds = await this.activeAgents(userId, now)
-    // Issued together: one round trip for the listing. The index may still name an agent
-    // whose last event just left the window; its own state says so.
-    // A first pass only reads: the states it finds missing (all of them, after a restart
-    // of Redis) are loaded together, one ClickHouse batch and installs of bounded size,
-    // then read again. Each read loading its own state made one install call per agent.
-    const refs = agentIds.map((agentId) => ({ userId, agentId }))
-    const missing: number[] = []
-    const results = await Promise.all(
-      refs.map((ref, i) =>
-        this.#read(ref, now, false, false).catch((err: unknown) => {
-          if (!(err instanceof NotLoaded)) throw err
-          missing.push(i)
-          return null
-        }),
-      ),
-    )
-    if (missing.length > 0) {
-      await this.#loadStates(missing.map((i) => refs[i]!), now)
-      const again = await Promise.all(missing.map((i) => this.#read(refs[i]!, now, false)))
-      missing.forEach((i, k) => (results[i] = again[k]!))
+    // LIST_CHUNK states a call (lua/list.lua), a call per 500 agents instead of one per
+    // agent, one after the other: the states a call finds missing (all of them after a
+    // restart of Redis) are named in one NEEDS_LOAD and loaded together, and calls issued
+    // all at once queued their loads behind one another past the command timeout. The index
+    // may still name an agent whose last event just left the window; its own state says so.
+    const listed: ListedAgent[] = []
+    for (let i = 0; i < agentIds.length; i += LIST_CHUNK) {
+      const ids = agentIds.slice(i, i + LIST_CHUNK)
+      const { result, states } = await this.#run('list', ids.map((agentId) => ({ userId, agentId })), now, !DURABLE, (call) => ({
+        keys: this.#partitionKeys(userId),
+        args: { ...this.#head(now), ...this.#statesArgs(call) },
+      }))
+      result.states.forEach((r, k) => {
+        if (r.active) listed.push({ agentId: ids[k]!, snapshot: snapshotOf(r, states[k]!.known) })
+      })
     }
-    return agentIds.flatMap((agentId, i) => (results[i]!.snapshot.active ? [{ agentId, snapshot: results[i]!.snapshot }] : []))
+    return listed
   }
 
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null> {
@@ -348,7 +327,7 @@ export class RedisHotState implements HotState {
     const row = configRow(ref, policy, now, actor)
     const next = { ...policy }
     const meters = resolveMeters(metersOf(next), now)
-    const { result, states } = await this.#run('setPolicy', [ref] as const, now, DURABLE, true, (call) => ({
+    const { result, states } = await this.#run('setPolicy', [ref] as const, now, DURABLE, (call) => ({
       keys: this.#partitionKeys(ref.userId),
       args: { ...this.#head(now), ...this.#statesArgs(call), policy: JSON.stringify(next), new_meters: luaMeters(meters), version: row.version, shown: row.shown, actor },
       rest: [JSON.stringify(row)],
@@ -359,7 +338,7 @@ export class RedisHotState implements HotState {
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null> {
-    const { result, states } = await this.#run('setPaused', [ref] as const, now, DURABLE, true, (call) => ({
+    const { result, states } = await this.#run('setPaused', [ref] as const, now, DURABLE, (call) => ({
       keys: this.#partitionKeys(ref.userId),
       args: { ...this.#head(now), ...this.#statesArgs(call), paused, actor },
     }))
@@ -369,7 +348,7 @@ export class RedisHotState implements HotState {
   async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
     const fleetRef = fleetOf(ref.userId)
     // Holds are hot state only: a failover may lose one, never an event. No replica waits.
-    const { result, states } = await this.#run('hold', [ref, fleetRef] as const, now, !DURABLE, true, (call) => ({
+    const { result, states } = await this.#run('hold', [ref, fleetRef] as const, now, !DURABLE, (call) => ({
       keys: this.#partitionKeys(ref.userId),
       args: {
         ...this.#head(now),
@@ -413,15 +392,13 @@ export class RedisHotState implements HotState {
    * states as this instance knows them, afresh each time. A state not loaded is loaded, a
    * stale policy is learnt, a journal taken over by another instance is rejoined under a
    * new id, and the script runs again; the journal's bound is a 503. An open hold of
-   * another agent is the caller's to answer, and so is a state not loaded when `load` is
-   * false (NotLoaded: a listing loads what it misses together).
+   * another agent is the caller's to answer.
    */
   async #run<N extends ScriptName, R extends readonly AgentRef[]>(
     name: N,
     refs: R,
     now: number,
     durable: boolean,
-    load: boolean,
     build: (states: CallStates<R>) => { keys: Parameters<typeof queueScript<N>>[2]; args: object; rest?: readonly string[] },
   ): Promise<{ result: ScriptResult<N>; states: CallStates<R> }> {
     const wait = durable ? this.#replicaWait : NO_REPLICA_WAIT
@@ -433,7 +410,6 @@ export class RedisHotState implements HotState {
       const raw = await this.#call(() => durably(this.#redis, wait, (c) => queueScript(c, name, call.keys, call.args, call.rest), (r) => !isControl(r)))
       const reply = parseReply(name, raw)
       if (!isControlReply(reply)) return { result: reply, states }
-      if (!load && reply.control === 'NEEDS_LOAD') throw new NotLoaded()
       await this.#settle(reply, states, instance, now)
     }
     throw new StoreUnavailableError('Redis', `the hot state's ${name} script did not settle in ${MAX_ATTEMPTS} attempts (states expiring or flushed between loads, or a journal fenced again and again)`)
@@ -667,8 +643,23 @@ interface StateNames {
   keyId: string
 }
 
-/** A state a read without loading (#read's `load` false) found missing. */
-class NotLoaded extends Error {}
+/** States a listing reads in one call (lua/list.lua). */
+const LIST_CHUNK = 500
+
+/** A state as a read (lua/get.lua, lua/list.lua) answers it, with its policy as known here. */
+function snapshotOf(r: ScriptResult<'list'>['states'][number], known: { pv: number; policy: AgentPolicy }): AgentSnapshot {
+  return {
+    active: r.active,
+    lastEventMinute: r.active ? r.last_minute : null,
+    totalNano: r.total,
+    llmCalls: r.calls,
+    pause: r.pause.paused || r.pause.override ? { paused: r.pause.paused, reason: r.pause.paused ? pauseReasonOf(r.pause.reason) : null, override: r.pause.override, since: r.pause.since } : RUNNING,
+    policy: known.policy,
+    configured: known.pv > 0,
+    ignored: { since: r.ignored.since, calls: r.ignored.calls, nano: r.ignored.nano, flagged: r.ignored.flagged },
+    heldNano: r.held,
+  }
+}
 
 /** Keys live 25 h after an agent's last write: longer than the window, so only idle agents expire. */
 const AGENT_TTL_MS = 25 * 60 * 60 * 1000

@@ -123,6 +123,18 @@ export interface LuaMeter {
   holds?: true
 }
 
+/** A state as a read answers it (lua/get.lua, lua/list.lua). */
+const stateRead = z.strictObject({
+  total: int,
+  calls: int,
+  active: z.boolean(),
+  last_minute: int,
+  pause: pause.extend({ since: int }),
+  held: int,
+  ignored: z.strictObject({ since: int, calls: int, nano: int, flagged: z.boolean() }),
+  transition: transition.optional(),
+})
+
 export const SCRIPTS = {
   record: {
     file: 'record',
@@ -132,17 +144,12 @@ export const SCRIPTS = {
   get: {
     file: 'get',
     keys: ['journal', 'fenced'],
-    result: z.strictObject({
-      total: int,
-      calls: int,
-      active: z.boolean(),
-      last_minute: int,
-      pause: pause.extend({ since: int }),
-      held: int,
-      ignored: z.strictObject({ since: int, calls: int, nano: int, flagged: z.boolean() }),
-      transition: transition.optional(),
-      exhausts: int.optional(),
-    }),
+    result: stateRead.extend({ exhausts: int.optional() }),
+  },
+  list: {
+    file: 'list',
+    keys: ['journal', 'fenced'],
+    result: z.strictObject({ states: z.array(stateRead) }),
   },
   setPolicy: {
     file: 'set_policy',

@@ -1,0 +1,26 @@
+-- list: many states of one user read at once (RedisHotState.listAgents): for each, what get
+-- answers without the projection, in the order of A.states. The same relaxing rules apply
+-- (reads never pause), and what they change is journaled.
+-- K: journal, fenced
+-- A: now, ttl, instance, stream_rows, at, base, meters, states (state.lua read_states)
+-- Returns a control answer (FENCED, NEEDS_LOAD naming every missing state, STALE), or
+-- {states = [{total, calls, active, last_minute, pause, held, ignored, transition}…]}.
+local closed = journal_closed(false)
+if closed then return control(closed) end
+local states, answer_now = read_states()
+if not states then return answer_now end
+local out = {}
+for i, s in ipairs(states) do
+  local st = judge(s, s.meters)
+  local change = relax(st, st.meters)
+  local one = {
+    total = fmt(st.total), calls = fmt(st.calls), active = st.cm >= DAY_FROM, last_minute = fmt(st.cm),
+    pause = { paused = st.pause.paused, reason = st.pause.reason, override = st.pause.override, since = fmt(st.pause.since) },
+    held = fmt(st.held),
+    ignored = { since = fmt(st.ign.since), calls = fmt(st.ign.calls), nano = fmt(st.ign.nano), flagged = st.ign.flagged },
+  }
+  if change then one.transition = transition(st, 'agent', change, st.total) end
+  save_state(st)
+  out[i] = one
+end
+return cjson.encode({ states = out })
