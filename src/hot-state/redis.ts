@@ -271,10 +271,11 @@ export class RedisHotState implements HotState {
   }
 
   async get(ref: AgentRef, now: number): Promise<{ snapshot: AgentSnapshot; transition: Transition | null; exhaustionAt: number | null }> {
-    const { result: r, states } = await this.#run('get', [ref] as const, now, !DURABLE, (call) => ({
+    const { result, states } = await this.#run('read', [ref] as const, now, !DURABLE, (call) => ({
       keys: this.#partitionKeys(ref.userId),
       args: { ...this.#head(now), ...this.#statesArgs(call), with_projection: true },
     }))
+    const r = result.states[0]!
     const [s] = states
     return {
       snapshot: snapshotOf(r, s.known),
@@ -303,7 +304,7 @@ export class RedisHotState implements HotState {
 
   async listAgents(userId: string, now: number): Promise<ListedAgent[]> {
     const agentIds = await this.activeAgents(userId, now)
-    // LIST_CHUNK states a call (lua/list.lua), a call per 500 agents instead of one per
+    // LIST_CHUNK states a call (lua/read.lua), a call per 500 agents instead of one per
     // agent, one after the other: the states a call finds missing (all of them after a
     // restart of Redis) are named in one NEEDS_LOAD and loaded together, and calls issued
     // all at once queued their loads behind one another past the command timeout. The index
@@ -311,7 +312,7 @@ export class RedisHotState implements HotState {
     const listed: ListedAgent[] = []
     for (let i = 0; i < agentIds.length; i += LIST_CHUNK) {
       const ids = agentIds.slice(i, i + LIST_CHUNK)
-      const { result, states } = await this.#run('list', ids.map((agentId) => ({ userId, agentId })), now, !DURABLE, (call) => ({
+      const { result, states } = await this.#run('read', ids.map((agentId) => ({ userId, agentId })), now, !DURABLE, (call) => ({
         keys: this.#partitionKeys(userId),
         args: { ...this.#head(now), ...this.#statesArgs(call) },
       }))
@@ -643,11 +644,11 @@ interface StateNames {
   keyId: string
 }
 
-/** States a listing reads in one call (lua/list.lua). */
+/** States a listing reads in one call (lua/read.lua). */
 const LIST_CHUNK = 500
 
-/** A state as a read (lua/get.lua, lua/list.lua) answers it, with its policy as known here. */
-function snapshotOf(r: ScriptResult<'list'>['states'][number], known: { pv: number; policy: AgentPolicy }): AgentSnapshot {
+/** A state as a read (lua/read.lua) answers it, with its policy as known here. */
+function snapshotOf(r: ScriptResult<'read'>['states'][number], known: { pv: number; policy: AgentPolicy }): AgentSnapshot {
   return {
     active: r.active,
     lastEventMinute: r.active ? r.last_minute : null,

@@ -123,7 +123,7 @@ export interface LuaMeter {
   holds?: true
 }
 
-/** A state as a read answers it (lua/get.lua, lua/list.lua). */
+/** A state as a read answers it (lua/read.lua). */
 const stateRead = z.strictObject({
   total: int,
   calls: int,
@@ -133,6 +133,7 @@ const stateRead = z.strictObject({
   held: int,
   ignored: z.strictObject({ since: int, calls: int, nano: int, flagged: z.boolean() }),
   transition: transition.optional(),
+  exhausts: int.optional(),
 })
 
 export const SCRIPTS = {
@@ -141,13 +142,8 @@ export const SCRIPTS = {
     keys: ['journal', 'fenced', 'ids'],
     result: z.strictObject({ events: list(recorded) }),
   },
-  get: {
-    file: 'get',
-    keys: ['journal', 'fenced'],
-    result: stateRead.extend({ exhausts: int.optional() }),
-  },
-  list: {
-    file: 'list',
+  read: {
+    file: 'read',
     keys: ['journal', 'fenced'],
     result: z.strictObject({ states: z.array(stateRead) }),
   },
