@@ -2,7 +2,9 @@
 // OpenAPI document has its section in docs/api.md, every environment variable the config schema
 // reads is in docs/configuration.md, every problem code is in the API's table, and every link
 // between the repository's Markdown files leads to a file that exists and, with a #fragment,
-// to a heading it has. External links are not fetched.
+// to a heading it has; the example patch of a new budget kind still applies. External links
+// are not fetched.
+import { spawnSync } from 'node:child_process'
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs'
 import { dirname, join, relative, resolve, sep } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -172,5 +174,15 @@ describe('links in the manual', () => {
     expect(broken({ file: 'clients/python/README.md', line: 1, target: `${REPOSITORY_FILES}blob/main/no-such-file.md` })).toMatch(/^no file/)
     expect(broken({ file: 'README.md', line: 1, target: 'docs/api.md#no-such-heading' })).toMatch(/^no heading/)
     expect(broken({ file: 'README.md', line: 1, target: 'docs/api.md#post-events' })).toBeNull()
+  })
+})
+
+describe('the example of a new kind of budget', () => {
+  // docs/architecture.md shows what a new meter kind touches with a patch a reader applies to
+  // this tree: it must still apply, or the example has drifted from the code it describes.
+  it('applies to the tree as it is (git apply --check)', () => {
+    const run = spawnSync('git', ['apply', '--check', 'docs/examples/rolling-2h-meter.patch'], { cwd: ROOT, encoding: 'utf8' })
+    expect(run.stderr).toBe('')
+    expect(run.status).toBe(0)
   })
 })
