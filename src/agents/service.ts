@@ -110,12 +110,9 @@ export class AgentService {
   }
 
   /**
-   * GET /agents: agents with events in the window, highest cost first. Totals, calls and
-   * pause flags are the hot state's, exactly what POST /events answers.
-   */
-  /**
    * GET /agents: the user's agents with events in the window, filtered and in the order
    * asked; with `limit`, one page of them and the cursor of the next (null on the last).
+   * Totals, calls and pause flags are the hot state's, exactly what POST /events answers.
    * Only the rows answered are formatted: a page of 100 of 10,000 agents formats 100.
    */
   async list(userId: string, q: AgentsQuery = { sort: 'cost' }) {

@@ -206,8 +206,8 @@ const lua = (name: string): string => readFileSync(new URL(`./lua/${name}.lua`, 
  * The library Redis runs every script of the hot state as (Redis functions, FUNCTION LOAD):
  * the journal's stream.lua, state.lua and rules.lua, whose functions are made once, when it
  * is loaded, instead of on every call as a script sent by EVAL would remake them (about
- * 15 µs of Redis time a call), and each script as a function of it. Its name carries a hash of its text: instances
- * running different versions each call their own, side by side.
+ * 15 µs of Redis time a call), and each script as a function of it. Its name carries a
+ * hash of its text: instances running different versions each call their own, side by side.
  */
 export const LIBRARY = library()
 

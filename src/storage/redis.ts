@@ -16,8 +16,8 @@ const backoff = (attempt: number) => Math.min(attempt * 100, 2000)
  * cluster). A cluster's client follows MOVED and ASK redirections itself (a slot migrating;
  * a call refused TRYAGAIN while its keys are split over two nodes is tried again by
  * whileSlotMoves) and finds the new master after a failover: it reads the slot map again as
- * soon as a node fails, and every second while one has, so that calls follow the promoted
- * replica within about a second of the cluster's own failover.
+ * soon as a node fails, and every second, so that calls follow the promoted replica within
+ * about a second of the cluster's own failover.
  */
 export function createRedis(target: RedisTarget, log: { warn(obj: object, msg: string): void }): RedisClient {
   const connection = { maxRetriesPerRequest: 1, commandTimeout: 2000, connectTimeout: 2000 }
