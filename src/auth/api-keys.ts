@@ -21,7 +21,7 @@ export interface CreatedKey {
 
 const KEY_PREFIX = 'br_'
 /** What generateKey() makes: anything else is refused without a look-up. */
-const KEY_SHAPE = /^br_[0-9a-f]{12}_[A-Za-z0-9_-]{43}$/
+const KEY_SHAPE = /^br_([0-9a-f]{12})_[A-Za-z0-9_-]{43}$/
 
 /**
  * A key is `br_<key id>_<secret>`: the id is public (listed, revoked by), the secret is
@@ -32,11 +32,6 @@ export function generateKey(): { keyId: string; key: string } {
   const keyId = randomBytes(6).toString('hex')
   const secret = randomBytes(32).toString('base64url')
   return { keyId, key: `${KEY_PREFIX}${keyId}_${secret}` }
-}
-
-/** The key id of a key of KEY_SHAPE. */
-function keyIdOf(key: string): string {
-  return key.slice(KEY_PREFIX.length, KEY_PREFIX.length + 12)
 }
 
 export function hashKey(key: string): string {
@@ -127,13 +122,15 @@ export class ApiKeys {
    * whose id no key has (KeyIds), and one that no record has, remembered for the TTL.
    */
   async verify(key: string): Promise<Principal | null> {
-    if (!KEY_SHAPE.test(key)) return null
+    // KEY_SHAPE's group: the key id.
+    const shaped = KEY_SHAPE.exec(key)
+    if (!shaped) return null
     const hash = hashKey(key)
     if (this.#unknown.has(hash)) return null
     const now = this.#clock.now()
     const hit = this.#cache.get(hash)
     if (hit && now - hit.at < this.#ttlMs) return hit.principal
-    if (hit === undefined && !(await this.#ids.mayHave(keyIdOf(key)))) return null
+    if (hit === undefined && !(await this.#ids.mayHave(shaped[1]!))) return null
     const known = hit?.principal
     // A read that answers nothing to keep leaves the cache, unless a newer read replaced it.
     const drop = (): void => {
