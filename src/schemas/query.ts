@@ -70,7 +70,8 @@ export const agentsQuery = z
     paused: flag,
     ignoring_pause: flag,
     alerted: flag,
-    prefix: z.string().min(1, 'must be 1 to 128 characters').max(128, 'must be 1 to 128 characters').optional(),
+    // The start of an agent id: an id's own bounds.
+    prefix: agentId.optional(),
   })
   .superRefine((q, ctx) => {
     if (q.cursor === undefined) return
