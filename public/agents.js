@@ -51,28 +51,14 @@ export function agentsView() {
       }, TYPING_MS)
     },
   })
-  const select = h(
-    'select',
-    {
-      'aria-label': 'Show',
-      onchange: () => {
-        state = select.value
-        restart()
-      },
-    },
-    STATES.map(([value, label]) => h('option', { value }, label)),
-  )
-  const order = h(
-    'select',
-    {
-      'aria-label': 'Order',
-      onchange: () => {
-        sort = order.value
-        restart()
-      },
-    },
-    SORTS.map(([value, label]) => h('option', { value }, label)),
-  )
+  const select = choice('Show', STATES, (value) => {
+    state = value
+    restart()
+  })
+  const order = choice('Order', SORTS, (value) => {
+    sort = value
+    restart()
+  })
   const tbody = h('tbody')
   const pager = h('nav', { class: 'pager', 'aria-label': 'Pages' })
   const el = h(
@@ -144,6 +130,12 @@ export function agentsView() {
       clearTimeout(typing)
     },
   }
+}
+
+/** A select named `label` of [value, text] options; `onchange` gets the value chosen. */
+function choice(label, options, onchange) {
+  const el = h('select', { 'aria-label': label, onchange: () => onchange(el.value) }, options.map(([value, text]) => h('option', { value }, text)))
+  return el
 }
 
 function row(a) {
