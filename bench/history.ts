@@ -175,11 +175,7 @@ export async function history(o: { events: number; agents: number; rate: number;
 /** The history scenarios as figures: the seeded store's, with its ratio to the empty store. */
 export function historyFigures(r: HistoryResult): Figure[] {
   const n = `${(r.events / 1e6).toLocaleString('en-US')} M events`
-  const figures: Figure[] = [
-    ...storeFigures(n, r.empty, r.history, ''),
-    ...storeFigures(n, r.redis.empty, r.redis.history, 'REDIS_URL '),
-  ]
-  return figures
+  return [...storeFigures(n, r.empty, r.history, ''), ...storeFigures(n, r.redis.empty, r.redis.history, 'REDIS_URL ')]
 }
 
 function storeFigures(n: string, empty: Store, history: Store, mode: string): Figure[] {
