@@ -282,12 +282,15 @@ class Burnrate:
         if body.get("event_id") is None:
             # Its id from the start: a batch sent again counts it once.
             body["event_id"] = str(uuid.uuid4())
+        # What was known before this event: its own flush runs on another thread, and may fail
+        # before this line would otherwise read the flag.
+        healthy = batcher.healthy
         queued = batcher.add(body)
         if queued is None:
             return None  # closed: sent alone
         if not queued:
             return self._fail_mode == "open"  # dropped (and reported): as if burnrate had failed
-        return self._go_on(batcher.healthy)
+        return self._go_on(healthy)
 
     def _send(self, event: Mapping[str, Any]) -> Tuple[bool, bool]:
         """send(), and whether burnrate acknowledged the event: a guard whose report was not
