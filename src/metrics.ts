@@ -5,6 +5,7 @@ import { isFleet, type AgentRef } from './hot-state/agent-ref.ts'
 import { type PauseReason } from './hot-state/meters.ts'
 import { type BudgetAlert, type Transition } from './hot-state/types.ts'
 import { backlogAgeSeconds, type JournalBacklog } from './journal/types.ts'
+import type { MergeStats } from './storage/merges.ts'
 
 /**
  * Prometheus metrics of one burnrate process. They describe the service, not any user's
@@ -37,6 +38,8 @@ export function createMetrics(sources: {
   /** This instance's journal; the segment log counts its group writes too. */
   journal: { backlog(): JournalBacklog; readonly stats?: { writes: number } }
   agents: () => number
+  /** ClickHouse's merges and parts, read at each scrape (a scrape that cannot read them keeps the last figures). */
+  merges?: () => Promise<MergeStats>
 }): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
@@ -65,6 +68,7 @@ export function createMetrics(sources: {
       },
     })
   }
+  if (sources.merges) clickhouseMetrics(registry, sources.merges)
   const pauses = new Counter({
     name: 'burnrate_pauses_total',
     help: 'Pauses by scope (agent, fleet) and reason (budget, velocity: by the rules; manual: POST /config/pause)',
@@ -127,6 +131,50 @@ export function createMetrics(sources: {
       for (const a of as) alerts.inc({ scope: scopeOf(a) })
     },
   }
+}
+
+/**
+ * ClickHouse's merge counters and active parts. The counters are ClickHouse's own since its
+ * process started: each scrape adds what they grew by, and a restart of the server (they
+ * start again from 0) counts from there.
+ */
+function clickhouseMetrics(registry: Registry, read: () => Promise<MergeStats>): void {
+  let last: MergeStats = { merges: 0, mergeMs: 0, parts: [] }
+  // The three collects of a scrape share one read: a read under a second old is reused.
+  let reading: { at: number; done: Promise<void> } | null = null
+  const refresh = () => {
+    if (reading === null || Date.now() - reading.at >= 1000) {
+      reading = { at: Date.now(), done: read().then((s) => void (last = s), () => undefined) }
+    }
+    return reading.done
+  }
+  const counter = (name: string, help: string, value: (s: MergeStats) => number) => {
+    let seen = 0
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect: async function (this: Counter) {
+        await refresh()
+        const now = value(last)
+        this.inc(now >= seen ? now - seen : now)
+        seen = now
+      },
+    })
+  }
+  counter('burnrate_clickhouse_merges_total', "Background merges ClickHouse ran (every database of its process: chDB's when embedded)", (s) => s.merges)
+  counter('burnrate_clickhouse_merge_seconds_total', 'Time ClickHouse spent in background merges (every database of its process)', (s) => s.mergeMs / 1000)
+  new Gauge({
+    name: 'burnrate_clickhouse_active_parts',
+    help: "Active parts of each of burnrate's ClickHouse tables (parts that pile up: merges falling behind inserts)",
+    labelNames: ['table'],
+    registers: [registry],
+    collect: async function (this: Gauge<'table'>) {
+      await refresh()
+      this.reset()
+      for (const { table, parts } of last.parts) this.set({ table }, parts)
+    },
+  })
 }
 
 /** GET /metrics on its own listener. */

@@ -15,6 +15,7 @@ import { MemoryHotState } from './hot-state/memory.ts'
 import { RedisHotState } from './hot-state/redis.ts'
 import type { HotState } from './hot-state/types.ts'
 import { createMetrics, serveMetrics, type Metrics } from './metrics.ts'
+import { mergeStats } from './storage/merges.ts'
 import { announceBudgetPauses, WebhookPauseNotifier } from './ingest/notify.ts'
 import { agentLoader, rebuildHotState } from './ingest/rebuild.ts'
 import { IngestService } from './ingest/service.ts'
@@ -110,7 +111,7 @@ export async function openServices(
       graceMs: config.pauseGraceMs,
       replicaWait: config.redisWait,
     })
-  const metrics = createMetrics({ journal: segmentLog ?? redisJournal!, agents: () => memory?.size ?? Number.NaN })
+  const metrics = createMetrics({ journal: segmentLog ?? redisJournal!, agents: () => memory?.size ?? Number.NaN, merges: () => mergeStats(clickhouse) })
   const webhooks = new WebhookNotifier({
     allowPrivate: config.webhook.allowPrivate,
     timeoutMs: config.webhook.timeoutMs,

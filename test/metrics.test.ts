@@ -68,6 +68,34 @@ describe('metrics (METRICS_PORT)', () => {
     }
   })
 
+  it("counts ClickHouse's merges and their time, and shows the active parts of each table", async () => {
+    const key = await h.key(unique('u'))
+    // Two ships, two parts of events at least; a merge of them is then forced.
+    await h.post('/events', llmCall('a'), key)
+    await h.flush()
+    await h.post('/events', llmCall('a'), key)
+    await h.flush()
+    const server = await serveMetrics(h.services.metrics.registry, 0, '127.0.0.1')
+    try {
+      const { port } = server.address() as AddressInfo
+      const scrape = async () => (await fetch(`http://127.0.0.1:${port}/metrics`)).text()
+      const before = await scrape()
+      expect(sample(before, 'burnrate_clickhouse_active_parts{table="events"}')).toBeGreaterThanOrEqual(1)
+      expect(sample(before, 'burnrate_clickhouse_active_parts{table="hourly_cost"}')).toBeGreaterThanOrEqual(1)
+      const merges = sample(before, 'burnrate_clickhouse_merges_total')
+      const seconds = sample(before, 'burnrate_clickhouse_merge_seconds_total')
+      await h.services.clickhouse.command({ query: 'OPTIMIZE TABLE events FINAL' })
+      // A read is reused for a second: scrape until the merge shows, within a deadline.
+      const deadline = Date.now() + 10_000
+      let after = before
+      while (sample(after, 'burnrate_clickhouse_merges_total') === merges && Date.now() < deadline) after = await scrape()
+      expect(sample(after, 'burnrate_clickhouse_merges_total')).toBeGreaterThan(merges)
+      expect(sample(after, 'burnrate_clickhouse_merge_seconds_total')).toBeGreaterThanOrEqual(seconds)
+    } finally {
+      server.close()
+    }
+  })
+
   it('is accepted by Prometheus\'s own parser (promtool check metrics): counters end in _total, nothing else does', async () => {
     const promtool = '/usr/bin/promtool'
     if (!existsSync(promtool)) {
