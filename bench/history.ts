@@ -10,7 +10,7 @@
  *   3. Both again with REDIS_URL, on a redis-server of their own (AOF on): the hot state in
  *      Redis, loaded from ClickHouse agent by agent as the ingest and the reads ask for them.
  *
- *   node bench/history.ts [--full] [--events N] [--agents N] [--rate R] [--duration S]
+ *   node bench/history.ts [--full] [--embedded-only] [--events N] [--agents N] [--rate R] [--duration S]
  *
  * Quick (the default, part of `npm run bench`): 1,000,000 events over 10,000 agents;
  * --full: 10,000,000 events. Prints a table and a JSON line (the last line) for bench/run.ts.
@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { startRedis } from '../test/helpers/redis.ts'
-import { ROOT, children, createKey, fmt, ratio, run, startBurnrate, stop, table } from './processes.ts'
+import { ROOT, children, createKey, fmt, ratio, run, scrape, startBurnrate, stop, table } from './processes.ts'
 import type { LoadSummary } from './load.ts'
 import type { Figure } from './results.ts'
 
@@ -40,14 +40,16 @@ export interface HistoryResult {
   seedSeconds: number
   empty: Store
   history: Store
-  /** The same two with REDIS_URL. */
-  redis: { empty: Store; history: Store }
+  /** The same two with REDIS_URL (null with --embedded-only). */
+  redis: { empty: Store; history: Store } | null
 }
 
 interface Store {
   readySeconds: number
   peakRssBytes: number | null
   ingest: { rate: number; p50: number; p99: number; max: number; ok: number; failed: number }
+  /** ClickHouse's background merges during the ingest phase (its metrics), and hourly_cost's parts after it. */
+  merges: { count: number; seconds: number; hourlyParts: number }
   reads: Record<string, Latency>
 }
 
@@ -113,6 +115,7 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
     const readySeconds = await waitReady(burnrate.url, started, 600_000)
     const peakRssBytes = await peakRss(burnrate.child.pid)
     const apiKey = await createKey(env, 'history', USER)
+    const mergesBefore = await scrape(burnrate.metrics)
     // Ingest at a fixed rate on the same agents (every one with a history in the seeded store).
     const load = await run(
       [join(ROOT, 'bench', 'load.ts'), '--url', burnrate.url, '--rate', String(o.rate), '--duration', String(o.duration), '--warmup', '1', '--connections', '50', '--agents', String(o.agents), '--agent-prefix', PREFIX],
@@ -121,6 +124,13 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
       (o.duration + 120) * 1000,
     )
     const s = JSON.parse(load.trim().split('\n').at(-1)!) as LoadSummary
+    const mergesAfter = await scrape(burnrate.metrics)
+    const grew = (name: string) => (mergesAfter.get(name) ?? 0) - (mergesBefore.get(name) ?? 0)
+    const merges = {
+      count: grew('burnrate_clickhouse_merges_total'),
+      seconds: grew('burnrate_clickhouse_merge_seconds_total'),
+      hourlyParts: mergesAfter.get('burnrate_clickhouse_active_parts{table="hourly_cost"}') ?? Number.NaN,
+    }
     // The load sends to agents 0, 1, 2, … in turn: in the empty store those are the ones that exist.
     const known = Math.max(1, Math.min(o.agents, s.ok))
     const agent = () => `${PREFIX}${Math.floor(Math.random() * known)}`
@@ -135,6 +145,7 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
       readySeconds,
       peakRssBytes,
       ingest: { rate: o.rate, p50: s.latencyMs.p50, p99: s.latencyMs.p99, max: s.latencyMs.max, ok: s.ok, failed: s.non2xx + s.errors },
+      merges,
       reads,
     }
   } finally {
@@ -142,7 +153,7 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
   }
 }
 
-export async function history(o: { events: number; agents: number; rate: number; duration: number }): Promise<HistoryResult> {
+export async function history(o: { events: number; agents: number; rate: number; duration: number; embeddedOnly?: boolean }): Promise<HistoryResult> {
   const dir = await mkdtemp(join(tmpdir(), 'burnrate-history-'))
   try {
     const empty = await measureStore(join(dir, 'empty'), o)
@@ -165,7 +176,7 @@ export async function history(o: { events: number; agents: number; rate: number;
         await redis.stop()
       }
     }
-    const redis = { empty: await withRedis(join(dir, 'empty-redis')), history: await withRedis(seeded) }
+    const redis = o.embeddedOnly ? null : { empty: await withRedis(join(dir, 'empty-redis')), history: await withRedis(seeded) }
     return { events: o.events, agents: o.agents, seedSeconds, empty, history, redis }
   } finally {
     await rm(dir, { recursive: true, force: true })
@@ -175,7 +186,7 @@ export async function history(o: { events: number; agents: number; rate: number;
 /** The history scenarios as figures: the seeded store's, with its ratio to the empty store. */
 export function historyFigures(r: HistoryResult): Figure[] {
   const n = `${(r.events / 1e6).toLocaleString('en-US')} M events`
-  return [...storeFigures(n, r.empty, r.history, ''), ...storeFigures(n, r.redis.empty, r.redis.history, 'REDIS_URL ')]
+  return [...storeFigures(n, r.empty, r.history, ''), ...(r.redis ? storeFigures(n, r.redis.empty, r.redis.history, 'REDIS_URL ') : [])]
 }
 
 function storeFigures(n: string, empty: Store, history: Store, mode: string): Figure[] {
@@ -185,6 +196,7 @@ function storeFigures(n: string, empty: Store, history: Store, mode: string): Fi
     { figure: `${mode}start-up with ${n}: peak RSS`, value: r.history.peakRssBytes === null ? null : r.history.peakRssBytes / 2 ** 20, unit: 'MiB' },
     { figure: `${mode}ingest p50 at ${r.history.ingest.rate} req/s, ${n}`, value: r.history.ingest.p50, unit: 'ms', ratio: r.history.ingest.p50 / r.empty.ingest.p50 },
     { figure: `${mode}ingest p99 at ${r.history.ingest.rate} req/s, ${n}`, value: r.history.ingest.p99, unit: 'ms', ratio: r.history.ingest.p99 / r.empty.ingest.p99 },
+    { figure: `${mode}ClickHouse merge time during that ingest, ${n}`, value: r.history.merges.seconds, unit: 's', ratio: r.history.merges.seconds / r.empty.merges.seconds },
   ]
   for (const [name, h] of Object.entries(r.history.reads)) {
     const e = r.empty.reads[name]!
@@ -195,7 +207,8 @@ function storeFigures(n: string, empty: Store, history: Store, mode: string): Fi
 }
 
 export function historyTable(result: HistoryResult): string {
-  return `${storeTable(result.events, result.empty, result.history, 'embedded')}\n\n${storeTable(result.events, result.redis.empty, result.redis.history, 'REDIS_URL')}`
+  const embedded = storeTable(result.events, result.empty, result.history, 'embedded')
+  return result.redis ? `${embedded}\n\n${storeTable(result.events, result.redis.empty, result.redis.history, 'REDIS_URL')}` : embedded
 }
 
 function storeTable(events: number, empty: Store, history: Store, mode: string): string {
@@ -208,6 +221,9 @@ function storeTable(events: number, empty: Store, history: Store, mode: string):
     ['start-up: peak RSS, MiB', mb(r.empty.peakRssBytes), mb(r.history.peakRssBytes), '-'],
     [`ingest at ${fmt(r.empty.ingest.rate)} req/s: p50 ms`, ms(r.empty.ingest.p50), ms(r.history.ingest.p50), ratio(r.history.ingest.p50, r.empty.ingest.p50)],
     [`ingest at ${fmt(r.empty.ingest.rate)} req/s: p99 ms`, ms(r.empty.ingest.p99), ms(r.history.ingest.p99), ratio(r.history.ingest.p99, r.empty.ingest.p99)],
+    ['  ClickHouse merges during it: count', fmt(r.empty.merges.count), fmt(r.history.merges.count), ratio(r.history.merges.count, r.empty.merges.count)],
+    ['  ClickHouse merges during it: seconds', fmt(r.empty.merges.seconds, 2), fmt(r.history.merges.seconds, 2), ratio(r.history.merges.seconds, r.empty.merges.seconds)],
+    ['  hourly_cost active parts after it', fmt(r.empty.merges.hourlyParts), fmt(r.history.merges.hourlyParts), '-'],
   ]
   for (const name of Object.keys(r.history.reads)) {
     const e = r.empty.reads[name]!
@@ -220,7 +236,7 @@ function storeTable(events: number, empty: Store, history: Store, mode: string):
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
-    options: { full: { type: 'boolean' }, events: { type: 'string' }, agents: { type: 'string' }, rate: { type: 'string' }, duration: { type: 'string' } },
+    options: { full: { type: 'boolean' }, 'embedded-only': { type: 'boolean' }, events: { type: 'string' }, agents: { type: 'string' }, rate: { type: 'string' }, duration: { type: 'string' } },
     strict: true,
   })
   const o = {
@@ -228,6 +244,7 @@ async function main(): Promise<void> {
     agents: Number(values.agents ?? 10_000),
     rate: Number(values.rate ?? 500),
     duration: Number(values.duration ?? (values.full ? 15 : 5)),
+    embeddedOnly: values['embedded-only'] ?? false,
   }
   const interrupted = () => void Promise.all([...children].map((c) => stop(c, `pid ${c.pid}`))).finally(() => process.exit(130))
   process.once('SIGINT', interrupted)
