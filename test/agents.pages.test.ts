@@ -1,5 +1,6 @@
 import fc from 'fast-check'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { firstInOrder } from '../src/agents/service.ts'
 import { ManualClock } from '../src/clock.ts'
 import { llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 import { startRedis } from './helpers/redis.ts'
@@ -195,5 +196,18 @@ describe('GET /agents after Redis lost the hot state (REDIS_URL)', () => {
     const res = await h.get('/agents?sort=agent_id', key)
     expect(res.statusCode, res.body).toBe(200)
     expect(res.json().agents).toEqual(before)
+  })
+})
+
+describe('firstInOrder (a page without sorting the whole list)', () => {
+  it('is the first n of the whole list in its order, ties by id included', () => {
+    const row = fc.record({ value: fc.integer({ min: 0, max: 5 }), agentId: fc.string({ minLength: 1, maxLength: 3 }) })
+    fc.assert(
+      fc.property(fc.uniqueArray(row, { selector: (r) => r.agentId, maxLength: 300 }), fc.integer({ min: 1, max: 320 }), (rows, n) => {
+        const sorted = [...rows].sort((a, b) => b.value - a.value || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0))
+        expect(firstInOrder(rows, n)).toEqual(sorted.slice(0, n))
+      }),
+      { numRuns: 300 },
+    )
   })
 })

@@ -142,13 +142,12 @@ export class AgentService {
       if (q.alerted !== undefined && q.alerted !== row.alerts.length > 0) continue
       rows.push(row)
     }
-    rows.sort(byValueThenId)
-    if (q.limit === undefined) return { agents: rows.map(agentSummary) }
+    if (q.limit === undefined) return { agents: rows.sort(byValueThenId).map(agentSummary) }
     const cursor = q.cursor
-    const start = cursor ? firstAfter(rows, { value: cursor.value, agentId: cursor.agentId }) : 0
-    const page = rows.slice(start, start + q.limit)
+    const after = cursor ? rows.filter((r) => byValueThenId(r, cursor) > 0) : rows
+    const page = firstInOrder(after, q.limit)
     const last = page.at(-1)
-    const more = start + q.limit < rows.length && last !== undefined
+    const more = after.length > q.limit && last !== undefined
     const { totalNano, ...counts } = summary
     return {
       agents: page.map(agentSummary),
@@ -338,16 +337,40 @@ function byValueThenId(a: { value: number; agentId: string }, b: { value: number
   return b.value - a.value || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0)
 }
 
-/** The index of the first of the sorted `rows` that comes after `key` (a binary search). */
-function firstAfter(rows: readonly ListedRow[], key: { value: number; agentId: string }): number {
-  let lo = 0
-  let hi = rows.length
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1
-    if (byValueThenId(rows[mid]!, key) <= 0) lo = mid + 1
-    else hi = mid
+/**
+ * The first `n` of `rows` in byValueThenId order, sorted, without sorting the rest: a heap of
+ * the `n` kept so far, whose last in order is at its root, which a row replaces only when it
+ * comes before it. A page of 100 of 10,000 agents compares each row once with the root, and
+ * sorts 100 (a whole sort made the page's time grow with the fleet's n log n).
+ */
+export function firstInOrder<T extends { value: number; agentId: string }>(rows: readonly T[], n: number): T[] {
+  if (rows.length <= n) return [...rows].sort(byValueThenId)
+  // A max-heap by byValueThenId: heap[0] is the last in order of the kept rows.
+  const heap: T[] = []
+  const later = (i: number, j: number) => byValueThenId(heap[i]!, heap[j]!) > 0
+  const swap = (i: number, j: number) => ([heap[i], heap[j]] = [heap[j]!, heap[i]!])
+  const down = (i: number) => {
+    for (;;) {
+      const l = 2 * i + 1
+      const r = l + 1
+      let top = i
+      if (l < heap.length && later(l, top)) top = l
+      if (r < heap.length && later(r, top)) top = r
+      if (top === i) return
+      swap(i, top)
+      i = top
+    }
   }
-  return lo
+  for (const row of rows) {
+    if (heap.length < n) {
+      heap.push(row)
+      for (let i = heap.length - 1; i > 0 && later(i, (i - 1) >> 1); i = (i - 1) >> 1) swap(i, (i - 1) >> 1)
+    } else if (byValueThenId(row, heap[0]!) < 0) {
+      heap[0] = row
+      down(0)
+    }
+  }
+  return heap.sort(byValueThenId)
 }
 
 // One shape for every row (an absent threshold is undefined, which the reply leaves out):
