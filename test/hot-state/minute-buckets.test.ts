@@ -71,7 +71,7 @@ const step: fc.Arbitrary<Step> = fc.oneof(
 )
 
 describe('RollingWindow', () => {
-  it('keeps the totals, hourly costs, last hour and spend since a minute of the plain rule over any events and expiries (property, 120 runs of up to 3,000 steps)', () => {
+  it('keeps the totals, hourly costs, newest minute, last hour and spend since a minute of the plain rule over any events and expiries (property, 120 runs of up to 3,000 steps)', () => {
     fc.assert(
       fc.property(fc.array(step, { maxLength: 3000, size: 'max' }), (steps) => {
         const ring = new RollingWindow()
@@ -91,6 +91,7 @@ describe('RollingWindow', () => {
           }
           expect([ring.totalNano, ring.llmCalls, ring.empty]).toEqual([plain.totalNano, plain.llmCalls, plain.buckets.length === 0])
           expect([...ring.hours]).toEqual(plain.hours)
+          expect(ring.lastMinute).toBe(plain.buckets.at(-1)?.minute ?? null)
           expect(ring.spentSince(now - 59)).toBe(plain.spentSince(now - 59))
           expect(ring.spentSince(minute - (s.kind === 'add' ? s.calls * 7 : 0))).toBe(plain.spentSince(minute - (s.kind === 'add' ? s.calls * 7 : 0)))
         }
