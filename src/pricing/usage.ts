@@ -5,10 +5,11 @@
  * every quantity its data prices: text, audio, image and video tokens, cache reads and
  * writes by duration, reasoning, web searches and other per-request charges.
  */
-import { calcPrice, extractUsage, findProvider, type ExtractPath, type Provider } from '@pydantic/genai-prices'
+import { calcPrice, findProvider, type Provider, type UsageExtractor } from '@pydantic/genai-prices'
 import { LRUCache } from 'lru-cache'
 import { Problem } from '../errors.ts'
 import type { Nano } from '../money.ts'
+import { readUsage, type Counts } from './usage-reader.ts'
 
 /** Quantity name (the library's usage keys: input_tokens, cache_write_1h_tokens, web_searches, …) → count. */
 export type Quantities = Record<string, number>
@@ -46,12 +47,8 @@ export function extractQuantities(providerId: string, apiFlavor: string | undefi
     const known = extractors.map((e) => e.api_flavor).join(', ')
     throw invalid(apiFlavor === undefined ? 'provider' : 'api_flavor', known ? `${providerId} knows the API flavors ${known}` : `no usage extractor for ${providerId}: send the flat token fields`)
   }
-  // The extractor reads a whole response; the usage object goes where the response has it.
-  const response: Record<string, unknown> = {}
-  place(response, extractor.model_path, model)
-  place(response, extractor.root, usage)
   const quantities: Quantities = {}
-  add(quantities, read(provider, extractor.api_flavor, response, 'usage'))
+  add(quantities, read(provider, extractor, model, usage, 'usage'))
   // Anthropic's compaction (beta) reports the work of each compaction as an entry of
   // usage.iterations, shaped as a usage object and NOT included in the top-level counts
   // (@anthropic-ai/sdk BetaUsage.iterations): each is read by the same extractor and added.
@@ -59,36 +56,26 @@ export function extractQuantities(providerId: string, apiFlavor: string | undefi
   if (Array.isArray(iterations)) {
     iterations.forEach((entry: unknown, i) => {
       if (typeof entry !== 'object' || entry === null || (entry as { type?: unknown }).type !== 'compaction') return
-      const one: Record<string, unknown> = {}
-      place(one, extractor.model_path, model)
-      place(one, extractor.root, entry)
-      add(quantities, read(provider, extractor.api_flavor, one, `usage.iterations.${i}`))
+      add(quantities, read(provider, extractor, model, entry as Record<string, unknown>, `usage.iterations.${i}`))
     })
   }
   return quantities
 }
 
-function read(provider: Provider, flavor: string, response: unknown, field: string): Quantities {
+function read(provider: Provider, extractor: UsageExtractor, model: string, usage: Record<string, unknown>, field: string): Counts {
   try {
-    return extractUsage(provider, response, flavor).usage as Quantities
+    return readUsage(provider, extractor, model, usage)
   } catch (err) {
-    throw invalid(field, `not a ${provider.id} ${flavor} usage object: ${err instanceof Error ? err.message.replace('usage.', '') : String(err)}`)
+    throw invalid(field, `not a ${provider.id} ${extractor.api_flavor} usage object: ${err instanceof Error ? err.message.replace('usage.', '') : String(err)}`)
   }
 }
 
-function add(into: Quantities, counts: Quantities): void {
+function add(into: Quantities, counts: Counts): void {
   for (const [name, count] of Object.entries(counts)) {
     if (count === undefined) continue
     if (!Number.isSafeInteger(count) || count < 0 || count > MAX_COUNT) throw invalid('usage', `${name} must be a whole number of at least 0, got ${count}`)
     if (count > 0) into[name] = (into[name] ?? 0) + count
   }
-}
-
-function place(target: Record<string, unknown>, path: ExtractPath, value: unknown): void {
-  const steps = (typeof path === 'string' ? [path] : path).filter((s): s is string => typeof s === 'string')
-  let at = target
-  for (const step of steps.slice(0, -1)) at = (at[step] ??= {}) as Record<string, unknown>
-  at[steps.at(-1)!] = value
 }
 
 // provider\0model → the provider narrowed to the model's own entry (all its dated and
