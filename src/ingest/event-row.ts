@@ -1,5 +1,5 @@
 import type { PriceTable } from '../pricing/price-table.ts'
-import { extractQuantities, type Quantities } from '../pricing/usage.ts'
+import { extractQuantities, type Quantities, type UsageCost } from '../pricing/usage.ts'
 import { TOKEN_FIELDS, type EventBody } from '../schemas/event.ts'
 import { toChDateTime64us } from '../storage/clickhouse.ts'
 import type { EventRow } from '../storage/rows.ts'
@@ -13,7 +13,7 @@ import type { EventRow } from '../storage/rows.ts'
  */
 export function eventRow(prices: PriceTable, userId: string, eventId: string, e: EventBody, micros: number): EventRow {
   let quantities: Quantities = {}
-  let priced = { costNano: 0, fallback: false, unpriced: [] as string[] }
+  let priced: UsageCost = { costNano: 0, fallback: false, unpriced: [] }
   if (e.event_type === 'llm_call' && e.usage !== undefined) {
     quantities = extractQuantities(e.provider!, e.api_flavor, e.model!, e.usage)
     priced = prices.costOfUsage(e.model!, e.provider!, quantities)

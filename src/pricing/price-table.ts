@@ -240,7 +240,7 @@ export function createPriceTable(opts: PriceTableOptions = {}): PriceTable {
   // PRICES_FILE models as providers of their own, so the price library prices every
   // quantity of a usage object with the file's prices (built once per model).
   const fileProviders = new Map<string, ReturnType<typeof providerOfPrices>>()
-  function filePrices(model: string, quantities: Quantities, now: number): { costNano: Nano; unpriced: string[] } | null {
+  function filePrices(model: string, quantities: Quantities, now: number): { costNano: Nano; unpriced: readonly string[] } | null {
     const o = overrides.get(model)
     if (o === undefined) return null
     let provider = fileProviders.get(model)

@@ -9,6 +9,7 @@ import { calcPrice, findProvider, type Provider, type UsageExtractor } from '@py
 import { LRUCache } from 'lru-cache'
 import { Problem } from '../errors.ts'
 import type { Nano } from '../money.ts'
+import { pricePlanned } from './price-plan.ts'
 import { readUsage, type Counts } from './usage-reader.ts'
 
 /** Quantity name (the library's usage keys: input_tokens, cache_write_1h_tokens, web_searches, …) → count. */
@@ -107,7 +108,7 @@ export interface UsageCost {
   /** Priced with the default model's prices: the provider's data has no such model. */
   fallback: boolean
   /** Quantities the price data has no price for (counted, shown, never silently free). */
-  unpriced: string[]
+  unpriced: readonly string[]
 }
 
 /**
@@ -121,108 +122,9 @@ export function priceQuantities(
   quantities: Quantities,
   at: number,
   provider?: Provider,
-): { costNano: Nano; unpriced: string[] } | null {
+): { costNano: Nano; unpriced: readonly string[] } | null {
   const own = provider ?? modelProvider(providerId, model)
   if (own === null) return null
-  const timestamp = new Date(at)
-  const r = pricePlanned(own, model, quantities, timestamp)
-  if (r === null) return null
-  // A token quantity is a refinement of input or output tokens, priced at its own rate where
-  // the data has one and at its parent's otherwise; a per-request quantity (web searches, …)
-  // has a price of its own, or none.
-  const unpriced = Object.keys(quantities).filter((q) => !q.endsWith('_tokens') && r.model_price[`${q}_kcount`] === undefined)
-  return { costNano: Math.round(r.total_price * 1e9), unpriced }
-}
-
-type Priced = NonNullable<ReturnType<typeof calcPrice>>
-
-function calc(quantities: Quantities, model: string, provider: Provider, timestamp: Date): Priced | null {
-  try {
-    return calcPrice(quantities, model, { provider, timestamp })
-  } catch (err) {
-    // The library refuses counts it cannot price consistently (a part larger than its whole,
-    // an overlap it needs split): the usage object is at fault, not the service.
-    throw invalid('usage', err instanceof Error ? err.message : String(err))
-  }
-}
-
-// ---------------------------------------------------------------------------------------
-// Memoised per (model, quantity set): the price keys a call can reach.
-//
-// The library's calculation costs 5-8 us an event, most of it checking the model's price
-// data (every price key's ancestors, every pair's join: quadratic in the keys) and splitting
-// the usage over every price key, when a call reports two or three of a model's five to
-// fifteen priced quantities. A price key whose quantity a call does not report, and which is
-// no ancestor of one it does, adds a leaf of exactly 0 to the library's sums, and x + 0 is x
-// in floating point: the same calculation over only the keys a quantity set can reach gives
-// the same total, bit for bit (1.6 against 5.1 us for gpt-4o's input and output tokens).
-//
-// Which keys those are is found once per (price entry, quantity set) from the library: the
-// keys of the reported quantities, by the data's naming (`<x>_tokens` is priced by `<x>_mtok`,
-// a count `<x>` by `<x>_kcount`), and every ancestor or join key the library then asks for.
-// The plan is kept only if the library's full calculation and the plan's give the same total
-// for the event that found it, which the library priced: a set whose plan disagrees (a
-// per-request price such as requests_kcount) is priced in full for good.
-
-/** Quantity sets remembered per price entry (each a handful in practice; bounded for safety). */
-const MAX_SETS_PER_ENTRY = 256
-// price entry → quantity set → the model's provider with only the reachable price keys, or
-// null: price in full.
-const plans = new WeakMap<object, Map<string, Provider | null>>()
-
-function pricePlanned(provider: Provider, model: string, quantities: Quantities, timestamp: Date): Priced | null {
-  const entry = singleEntry(provider)
-  // Dated and time-of-day prices (an array of entries) are priced in full: rare, and their
-  // entry depends on the time.
-  if (entry === null) return calc(quantities, model, provider, timestamp)
-  let sets = plans.get(entry)
-  if (!sets) plans.set(entry, (sets = new Map()))
-  const set = Object.keys(quantities).sort().join(',')
-  const plan = sets.get(set)
-  if (plan !== undefined) return calc(quantities, model, plan ?? provider, timestamp)
-  const full = calc(quantities, model, provider, timestamp)
-  // Learnt from a priced event only: a refusal says nothing of the next counts of the set.
-  if (full === null) return full
-  const pruned = prune(provider, entry, quantities, model, timestamp)
-  const agrees = pruned !== null && calcOrNull(quantities, model, pruned, timestamp)?.total_price === full.total_price
-  if (sets.size < MAX_SETS_PER_ENTRY) sets.set(set, agrees ? pruned : null)
-  return full
-}
-
-function calcOrNull(quantities: Quantities, model: string, provider: Provider, timestamp: Date): Priced | null {
-  try {
-    return calcPrice(quantities, model, { provider, timestamp })
-  } catch {
-    return null
-  }
-}
-
-/** The one price entry of a model whose prices do not change with the date or time of day. */
-function singleEntry(provider: Provider): Record<string, unknown> | null {
-  const only = provider.models.length === 1 ? provider.models[0]! : null
-  return only && !Array.isArray(only.prices) ? (only.prices as Record<string, unknown>) : null
-}
-
-const MISSING_KEY = /^Missing (?:ancestor|join) price key (\S+)/
-
-/** The provider narrowed to the price keys `quantities` reach, or null when none can be found. */
-function prune(provider: Provider, entry: Record<string, unknown>, quantities: Quantities, model: string, timestamp: Date): Provider | null {
-  const keys = new Set(Object.keys(quantities).map((q) => (q.endsWith('_tokens') ? `${q.slice(0, -'_tokens'.length)}_mtok` : `${q}_kcount`)))
-  const narrowed = () => {
-    const prices = Object.fromEntries(Object.entries(entry).filter(([k]) => keys.has(k)))
-    return { ...provider, models: [{ ...provider.models[0]!, prices }] } as Provider
-  }
-  // Each refusal names one missing ancestor or join: a handful of rounds at most.
-  for (let round = 0; round <= Object.keys(entry).length; round++) {
-    const candidate = narrowed()
-    try {
-      calcPrice(quantities, model, { provider: candidate, timestamp })
-      return candidate
-    } catch (err) {
-      const missing = MISSING_KEY.exec(err instanceof Error ? err.message : '')?.[1]
-      if (missing === undefined || keys.has(missing) || !(missing in entry)) return missing === undefined ? candidate : null
-      keys.add(missing)
-    }
-  }
-  return null
+  const r = pricePlanned(own, model, quantities, at)
+  return r && { costNano: Math.round(r.total * 1e9), unpriced: r.unpriced }
 }

@@ -15,7 +15,7 @@ export interface EventRow {
   /** Every billed quantity by the price library's names; absent in rows written before sql/0009. */
   quantities?: Record<string, number>
   /** Quantities the price data had no price for ('service_tier' for a tier PRICES_FILE does not price). */
-  unpriced_quantities?: string[]
+  unpriced_quantities?: readonly string[]
   /** The provider's service tier, '' when none was reported. */
   service_tier?: string
   tool_name: string | null
