@@ -18,15 +18,13 @@ export type Quantities = Record<string, number>
 /** A count no real call reaches; larger is refused rather than priced. */
 const MAX_COUNT = 1_000_000_000_000
 
-const providers = new Map<string, Provider | null>()
+// provider id as sent → the library's provider, or null (bounded: any string may be sent).
+const providers = new LRUCache<string, { provider: Provider | null }>({ max: 1_000 })
 
 function providerOf(id: string): Provider | null {
-  let p = providers.get(id)
-  if (p === undefined) {
-    p = findProvider({ providerId: id }) ?? null
-    providers.set(id, p)
-  }
-  return p
+  let hit = providers.get(id)
+  if (hit === undefined) providers.set(id, (hit = { provider: findProvider({ providerId: id }) ?? null }))
+  return hit.provider
 }
 
 function invalid(field: string, message: string): Problem {
@@ -72,26 +70,30 @@ function read(provider: Provider, extractor: UsageExtractor, model: string, usag
 }
 
 function add(into: Quantities, counts: Counts): void {
-  for (const [name, count] of Object.entries(counts)) {
+  for (const name in counts) {
+    const count = counts[name]
     if (count === undefined) continue
     if (!Number.isSafeInteger(count) || count < 0 || count > MAX_COUNT) throw invalid('usage', `${name} must be a whole number of at least 0, got ${count}`)
     if (count > 0) into[name] = (into[name] ?? 0) + count
   }
 }
 
-// provider\0model → the provider narrowed to the model's own entry (all its dated and
+// provider → model → the provider narrowed to the model's own entry (all its dated and
 // time-of-day prices kept), or null when the provider has no such model: the library then
 // matches one model, not a provider's hundred, on every event (14 -> 10 us a call, bench/).
-const modelProviders = new LRUCache<string, { provider: Provider } | { provider: null }>({ max: 10_000 })
+// Per provider, so that the key is the model name as sent, not a string built per event.
+const modelProviders = new WeakMap<Provider, LRUCache<string, { provider: Provider | null }>>()
 
 function modelProvider(providerId: string, model: string): Provider | null {
-  const key = `${providerId}\0${model}`
-  const hit = modelProviders.get(key)
-  if (hit) return hit.provider
   const full = providerOf(providerId)
-  const found = full && calcPrice({}, model, { provider: full })
-  const narrowed = full && found ? { ...full, models: [found.model] } : null
-  modelProviders.set(key, { provider: narrowed })
+  if (full === null) return null
+  let models = modelProviders.get(full)
+  if (!models) modelProviders.set(full, (models = new LRUCache({ max: 10_000 })))
+  const hit = models.get(model)
+  if (hit) return hit.provider
+  const found = calcPrice({}, model, { provider: full })
+  const narrowed = found ? { ...full, models: [found.model] } : null
+  models.set(model, { provider: narrowed })
   return narrowed
 }
 
