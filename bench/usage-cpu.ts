@@ -43,7 +43,7 @@ try {
   // Every agent made known, and both paths run hot, before anything is measured.
   const kinds = profile ? [profile === 'usage'] : [false, true]
   let served = 0
-  for (const usageObjects of kinds) served += (await load(burnrate.url, apiKey, { ...opts, duration: 2 }, { agentPrefix, warmup: 0, load: 'saturation', usageObjects })).ok
+  for (const usageObjects of kinds) served += (await load(burnrate.url, apiKey, { ...opts, duration: 4 }, { agentPrefix, warmup: 0, load: 'saturation', usageObjects })).ok
 
   const rows: { kind: string; rps: number; cpu: number | null }[] = []
   for (let r = 0; r < rounds; r++) {
@@ -63,6 +63,14 @@ try {
     return [row.kind, fmt(row.rps), row.cpu === null ? 'n/a' : fmt(row.cpu, 1), share]
   })
   console.log(table([['phase', 'req/s', 'CPU µs/req', 'usage ÷ tokens around: req/s / CPU'], ...cells]))
+  // The machine is shared: a median over the rounds is steadier than any one of them.
+  const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN
+  const cpu = (kind: string) => median(rows.filter((r) => r.kind === kind && r.cpu !== null).map((r) => r.cpu!))
+  const shares = rows.flatMap((row, i) => {
+    const around = [rows[i - 1], rows[i + 1]].filter((t) => t?.kind === 'token' && t.cpu !== null)
+    return row.kind === 'usage' && row.cpu !== null && around.length ? [row.cpu / (around.reduce((sum, t) => sum + t!.cpu!, 0) / around.length)] : []
+  })
+  if (!profile) console.log(`medians: token ${fmt(cpu('token'), 1)} µs/req, usage ${fmt(cpu('usage'), 1)} µs/req, usage ÷ tokens around ${fmt(median(shares), 2)}`)
 
   if (profDir) {
     const file = (await readdir(profDir)).find((f) => f.endsWith('.cpuprofile'))
