@@ -9,7 +9,7 @@
  * adds its cache reads and writes, Gemini's output_tokens its thoughts). So once per shape,
  * the library itself is asked which numbers add up to which quantity: the usage object with
  * every number 0, then with each number in turn 1 and the others 0. Every later object of the
- * shape is read by adding its numbers so, without the library.
+ * shape is read by adding its numbers so, without the library (0.3 against 2.4 us an event).
  *
  * A shape is learnt on its second sighting only (a client sending a new shape with every
  * event costs no learning), and kept only if the sums agree with the library's extraction of
@@ -100,13 +100,14 @@ export function readUsage(provider: Provider, extractor: UsageExtractor, model: 
     return sums(known.plan, numbers) ?? library(provider, extractor, model, usage)
   }
   const counts = library(provider, extractor, model, usage)
-  // Learnt from an object the library read, and whose numbers the sums take: the plan's
-  // quantities must be the library's.
-  if (known === 'seen') {
+  // Learnt from an object the library read, and whose numbers the sums take (else on a later
+  // one: a client repeating odd numbers costs no learning either): the plan's quantities must
+  // be the library's.
+  if (known === 'seen' && numbers.every(summable)) {
     const plan = learn(provider, extractor, model, usage, numbers.length)
     const own = plan && sums(plan, numbers)
-    if (plan === null || (own !== null && !sameCounts(own, counts))) entry.known = null
-    else if (own !== null) remember(recent, (entry.known = { skeleton, plan }))
+    entry.known = plan && own && sameCounts(own, counts) ? { skeleton, plan } : null
+    if (entry.known) remember(recent, entry.known)
   }
   return counts
 }
@@ -142,12 +143,17 @@ function sums(plan: Plan, numbers: readonly number[]): Counts | null {
     let sum = 0
     for (const i of at) {
       const n = numbers[i]!
-      if (!Number.isSafeInteger(n) || n < 0 || n > MAX_SUMMED) return null
+      if (!summable(n)) return null
       sum += n
     }
     counts[name] = sum
   }
   return counts
+}
+
+/** A whole count the sums add exactly as the library does. */
+function summable(n: number): boolean {
+  return Number.isSafeInteger(n) && n >= 0 && n <= MAX_SUMMED
 }
 
 function sameCounts(a: Counts, b: Counts): boolean {

@@ -3,7 +3,9 @@
  * by the price library's own extractors (@pydantic/genai-prices `extractUsage`), never by a
  * mapping kept here, and priced by the library's own calculation (`calcPrice`), which knows
  * every quantity its data prices: text, audio, image and video tokens, cache reads and
- * writes by duration, reasoning, web searches and other per-request charges.
+ * writes by duration, reasoning, web searches and other per-request charges. Both are
+ * memoised from the library and checked against it: the reading per shape of usage object
+ * (usage-reader.ts), the calculation per quantity set of a price entry (price-plan.ts).
  */
 import { calcPrice, findProvider, type Provider, type UsageExtractor } from '@pydantic/genai-prices'
 import { LRUCache } from 'lru-cache'
