@@ -130,12 +130,13 @@ function learn(provider: Provider, entry: Record<string, unknown>, quantities: Q
   const pruned = prune(provider, entry, quantities, model, timestamp)
   if (pruned === null || library(quantities, model, pruned, timestamp) !== total) return { provider: null, arithmetic: null, unpriced }
   const arithmetic = learnArithmetic(pruned, quantities, model, timestamp)
-  // The event itself, and copies three and seven times larger (a tier further), and half
-  // as large (rounded up: maybe refused, as the plan must then refuse it too).
+  // Against the library's full calculation: the event itself, copies three and seven times
+  // larger (a tier further), and half as large (rounded up: maybe refused, as the plan must
+  // then refuse it too).
   const checks = [1, 3, 7, 0.5]
     .map((k) => Object.fromEntries(Object.entries(quantities).map(([q, n]) => [q, Math.ceil(n * k)])))
     .filter((q) => Object.values(q).every((n) => n <= MAX_PLANNED_COUNT))
-  const agrees = arithmetic !== null && checks.every((q) => (evaluate(arithmetic, q) ?? 'refused') === library(q, model, pruned, timestamp))
+  const agrees = arithmetic !== null && checks.every((q) => (evaluate(arithmetic, q) ?? 'refused') === library(q, model, provider, timestamp))
   return { provider: pruned, arithmetic: agrees ? arithmetic : null, unpriced }
 }
 
