@@ -43,8 +43,13 @@ export interface PlannedPrice {
 
 type Priced = NonNullable<ReturnType<typeof calcPrice>>
 
-/** A set priced by the library: over the reachable keys (a narrowed provider), or in full (null). */
+/**
+ * A set's plan: the library's arithmetic, or else the library over the reachable keys (a
+ * narrowed provider) or in full (null).
+ */
 interface LibraryPlan {
+  /** The set: its quantities' names, as reported. */
+  names: readonly string[]
   provider: Provider | null
   arithmetic: Arithmetic | null
   unpriced: readonly string[]
@@ -54,9 +59,14 @@ interface LibraryPlan {
 const MAX_SETS_PER_ENTRY = 256
 /** Larger counts are priced by the library (none is stored anyway: see MAX_COUNT in usage.ts). */
 const MAX_PLANNED_COUNT = 1_000_000_000_000
+/**
+ * The sets an entry priced last, tried first by comparing names: no key is built for them
+ * (joining the names cost more than the arithmetic).
+ */
+const MAX_RECENT = 4
 
-// price entry → quantity set (its names, as reported) → its plan.
-const plans = new WeakMap<object, Map<string, LibraryPlan>>()
+// price entry → its sets by their names joined, and the ones it priced last.
+const plans = new WeakMap<object, { sets: Map<string, LibraryPlan>; recent: LibraryPlan[] }>()
 
 /**
  * The library's price of `quantities` at the one model of `provider` (narrowed to it), at `at`:
@@ -71,11 +81,11 @@ export function pricePlanned(provider: Provider, model: string, quantities: Quan
     const full = calc(quantities, model, provider, new Date(at))
     return full && { total: full.total_price, unpriced: unpricedOf(quantities, full) }
   }
-  let sets = plans.get(entry)
-  if (!sets) plans.set(entry, (sets = new Map()))
-  const set = Object.keys(quantities).join(',')
-  const plan = sets.get(set)
+  let known = plans.get(entry)
+  if (!known) plans.set(entry, (known = { sets: new Map(), recent: [] }))
+  const plan = recentPlan(known.recent, quantities) ?? known.sets.get(Object.keys(quantities).join(','))
   if (plan !== undefined) {
+    if (known.recent[0] !== plan) remember(known.recent, plan)
     const total = plan.arithmetic && evaluate(plan.arithmetic, quantities)
     if (total !== null) return { total, unpriced: plan.unpriced }
     const priced = calc(quantities, model, plan.provider ?? provider, new Date(at))
@@ -86,8 +96,29 @@ export function pricePlanned(provider: Provider, model: string, quantities: Quan
   // Learnt from a priced event only: a refusal says nothing of the next counts of the set.
   if (full === null) return full
   const unpriced = unpricedOf(quantities, full)
-  if (sets.size < MAX_SETS_PER_ENTRY) sets.set(set, learn(provider, entry, quantities, model, timestamp, full.total_price, unpriced))
+  if (known.sets.size < MAX_SETS_PER_ENTRY) {
+    const learnt = learn(provider, entry, quantities, model, timestamp, full.total_price, unpriced)
+    known.sets.set(learnt.names.join(','), learnt)
+  }
   return { total: full.total_price, unpriced }
+}
+
+/** The plan among `recent` of the set `quantities` reports, its names in the same order. */
+function recentPlan(recent: readonly LibraryPlan[], quantities: Quantities): LibraryPlan | undefined {
+  search: for (const plan of recent) {
+    let i = 0
+    for (const name in quantities) if (plan.names[i++] !== name) continue search
+    if (i === plan.names.length) return plan
+  }
+  return undefined
+}
+
+/** `plan` first among the recent plans (once), the oldest dropped past MAX_RECENT. */
+function remember(recent: LibraryPlan[], plan: LibraryPlan): void {
+  const at = recent.indexOf(plan)
+  if (at >= 0) recent.splice(at, 1)
+  recent.unshift(plan)
+  if (recent.length > MAX_RECENT) recent.pop()
 }
 
 /**
@@ -127,8 +158,9 @@ function singleEntry(provider: Provider): Record<string, unknown> | null {
 
 /** The plan of a set whose event the library priced at `total`. */
 function learn(provider: Provider, entry: Record<string, unknown>, quantities: Quantities, model: string, timestamp: Date, total: number, unpriced: readonly string[]): LibraryPlan {
+  const names = Object.keys(quantities)
   const pruned = prune(provider, entry, quantities, model, timestamp)
-  if (pruned === null || library(quantities, model, pruned, timestamp) !== total) return { provider: null, arithmetic: null, unpriced }
+  if (pruned === null || library(quantities, model, pruned, timestamp) !== total) return { names, provider: null, arithmetic: null, unpriced }
   const arithmetic = learnArithmetic(pruned, quantities, model, timestamp)
   // Against the library's full calculation: the event itself, copies three and seven times
   // larger (a tier further), and half as large (rounded up: maybe refused, as the plan must
@@ -137,7 +169,7 @@ function learn(provider: Provider, entry: Record<string, unknown>, quantities: Q
     .map((k) => Object.fromEntries(Object.entries(quantities).map(([q, n]) => [q, Math.ceil(n * k)])))
     .filter((q) => Object.values(q).every((n) => n <= MAX_PLANNED_COUNT))
   const agrees = arithmetic !== null && checks.every((q) => (evaluate(arithmetic, q) ?? 'refused') === library(q, model, provider, timestamp))
-  return { provider: pruned, arithmetic: agrees ? arithmetic : null, unpriced }
+  return { names, provider: pruned, arithmetic: agrees ? arithmetic : null, unpriced }
 }
 
 const MISSING_KEY = /^Missing (?:ancestor|join) price key (\S+)/
