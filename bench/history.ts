@@ -81,31 +81,34 @@ async function waitReady(url: string, started: number, timeoutMs: number): Promi
 
 /** `concurrency` loops (one: a request at a time, its own latency) sending GET `path()` for `seconds`; the latency of every answer. */
 /**
- * Latencies of GET `path()` sent one after another for `seconds`, after a second of warm-up
- * whose requests are not counted (the first of a process compiles its code paths; in Redis
- * mode the first listing loads every agent): the first request's own latency is kept apart.
+ * Latencies of GET `path()` sent one after another for `seconds`, after a warm-up whose
+ * requests are not counted: the first request and a second at least (the first of a process
+ * compiles its code paths; in Redis mode the first listing loads every agent). The first
+ * request's own latency is kept apart.
  */
 async function sample(url: string, apiKey: string, path: () => string, seconds: number, concurrency = 1): Promise<Latency> {
   const latencies: number[] = []
-  let first: number | null = null
-  const started = performance.now()
-  const counted = started + WARMUP_MS
+  const get = async () => {
+    const t = performance.now()
+    const res = await fetch(new URL(path(), url), { headers: { 'x-api-key': apiKey } })
+    await res.arrayBuffer()
+    if (!res.ok) throw new Error(`GET ${path()} answered ${res.status}`)
+    return { t, ms: performance.now() - t }
+  }
+  // The warm-up begins with the first request and lasts until it is answered, a second at least.
+  const { t: started, ms: first } = await get()
+  const counted = Math.max(started + WARMUP_MS, performance.now())
   const until = counted + seconds * 1000
   const worker = async () => {
     while (performance.now() < until) {
-      const t = performance.now()
-      const res = await fetch(new URL(path(), url), { headers: { 'x-api-key': apiKey } })
-      await res.arrayBuffer()
-      if (!res.ok) throw new Error(`GET ${path()} answered ${res.status}`)
-      const ms = performance.now() - t
-      first ??= ms
+      const { t, ms } = await get()
       if (t >= counted) latencies.push(ms)
     }
   }
   await Promise.all(Array.from({ length: concurrency }, worker))
   latencies.sort((a, b) => a - b)
   const at = (q: number) => latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? 0
-  return { requests: latencies.length, first: first ?? 0, p50: at(0.5), p99: at(0.99), max: latencies.at(-1) ?? 0 }
+  return { requests: latencies.length, first, p50: at(0.5), p99: at(0.99), max: latencies.at(-1) ?? 0 }
 }
 
 /** Requests of the first second of each read's sampling are not counted (sample()). */
