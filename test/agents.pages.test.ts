@@ -204,8 +204,8 @@ describe('firstInOrder (a page without sorting the whole list)', () => {
     const row = fc.record({ value: fc.integer({ min: 0, max: 5 }), agentId: fc.string({ minLength: 1, maxLength: 3 }) })
     fc.assert(
       fc.property(fc.uniqueArray(row, { selector: (r) => r.agentId, maxLength: 300 }), fc.integer({ min: 1, max: 320 }), (rows, n) => {
-        const sorted = [...rows].sort((a, b) => b.value - a.value || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0))
-        expect(firstInOrder(rows, n)).toEqual(sorted.slice(0, n))
+        const order = (a: { value: number; agentId: string }, b: { value: number; agentId: string }) => b.value - a.value || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0)
+        expect(firstInOrder(rows, n, order)).toEqual([...rows].sort(order).slice(0, n))
       }),
       { numRuns: 300 },
     )

@@ -5,7 +5,7 @@ import { budgetMeter } from '../hot-state/meters.ts'
 import { holdingPause, ignoring, levelsReached, pausedReasonOf } from '../hot-state/policy.ts'
 import { fleetOf, isFleet, type AgentRef } from '../hot-state/agent-ref.ts'
 import { DEFAULT_POLICY, agentBudget, type AgentPolicy } from '../hot-state/meters.ts'
-import { RUNNING, type AgentSnapshot, type HotState, type Ignored, type PauseState, type Transition } from '../hot-state/types.ts'
+import { RUNNING, type HotState, type Ignored, type ListedAgent, type PauseState, type Transition } from '../hot-state/types.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody, PolicyBody } from '../schemas/config.ts'
@@ -119,40 +119,41 @@ export class AgentService {
     const { hotState, clock } = this.#d
     const now = clock.now()
     const [listed, { snapshot: fleet }] = await Promise.all([hotState.listAgents(userId, now), hotState.get(fleetOf(userId), now)])
-    const rows: ListedRow[] = []
+    // Every agent counts in the summary; the filters keep some as they are listed, and rows
+    // are made for the answer's agents only (GET /agents reads all 10,000 agents of a fleet
+    // to answer a page of 100: objects made per agent were most of its garbage).
+    const kept: ListedAgent[] = []
     const summary = { agents: 0, paused: 0, ignoring_pause: 0, alerted: 0, totalNano: 0 }
-    for (const { agentId, snapshot } of listed) {
+    for (const agent of listed) {
+      const { snapshot } = agent
       const holding = holdingPause(snapshot.pause, fleet.pause)
-      const row: ListedRow = {
-        agentId,
-        snapshot,
-        holding,
-        ignoring: ignoring(snapshot.ignored, holding?.pause.since ?? 0),
-        alerts: budgetLevelsReached(snapshot.totalNano, snapshot.policy),
-        value: sortValue(q.sort, snapshot),
-      }
+      const paused = holding !== null
+      const flagged = ignoring(snapshot.ignored, holding?.pause.since ?? 0)
+      const alerted = budgetLevelsReached(snapshot.totalNano, snapshot.policy).length > 0
       summary.agents++
-      summary.paused += holding ? 1 : 0
-      summary.ignoring_pause += row.ignoring ? 1 : 0
-      summary.alerted += row.alerts.length > 0 ? 1 : 0
+      summary.paused += paused ? 1 : 0
+      summary.ignoring_pause += flagged ? 1 : 0
+      summary.alerted += alerted ? 1 : 0
       summary.totalNano += snapshot.totalNano
-      if (q.prefix !== undefined && !agentId.startsWith(q.prefix)) continue
-      if (q.paused !== undefined && q.paused !== (holding !== null)) continue
-      if (q.ignoring_pause !== undefined && q.ignoring_pause !== row.ignoring) continue
-      if (q.alerted !== undefined && q.alerted !== row.alerts.length > 0) continue
-      rows.push(row)
+      if (q.prefix !== undefined && !agent.agentId.startsWith(q.prefix)) continue
+      if (q.paused !== undefined && q.paused !== paused) continue
+      if (q.ignoring_pause !== undefined && q.ignoring_pause !== flagged) continue
+      if (q.alerted !== undefined && q.alerted !== alerted) continue
+      kept.push(agent)
     }
-    if (q.limit === undefined) return { agents: rows.sort(byValueThenId).map(agentSummary) }
+    const order = listingOrder(q.sort)
+    const row = (a: ListedAgent) => agentSummary(a, holdingPause(a.snapshot.pause, fleet.pause))
+    if (q.limit === undefined) return { agents: kept.sort(order).map(row) }
     const cursor = q.cursor
-    const after = cursor ? rows.filter((r) => byValueThenId(r, cursor) > 0) : rows
-    const page = firstInOrder(after, q.limit)
+    const after = cursor ? kept.filter((a) => order(a, { agentId: cursor.agentId, value: cursor.value }) > 0) : kept
+    const page = firstInOrder(after, q.limit, order)
     const last = page.at(-1)
     const more = after.length > q.limit && last !== undefined
     const { totalNano, ...counts } = summary
     return {
-      agents: page.map(agentSummary),
-      next_cursor: more ? encodeAgentCursor({ sort: q.sort, value: last.value, agentId: last.agentId }) : null,
-      total: rows.length,
+      agents: page.map(row),
+      next_cursor: more ? encodeAgentCursor({ sort: q.sort, value: sortValue(q.sort, last), agentId: last.agentId }) : null,
+      total: kept.length,
       summary: { ...counts, total_cost_usd: nanoToUsd(totalNano) },
     }
   }
@@ -312,42 +313,36 @@ function pausedAt(pause: PauseState): string | null {
   return pause.since > 0 ? new Date(pause.since).toISOString() : null
 }
 
-interface ListedRow {
-  agentId: string
-  snapshot: AgentSnapshot
-  holding: { pause: PauseState; fleet: boolean } | null
-  ignoring: boolean
-  /** The budget's alert levels reached. */
-  alerts: readonly number[]
-  /** What the order sorts on, highest first (0 for every row when sorted by id). */
-  value: number
-}
+/** A listed agent, or a cursor's position: what a listing's order compares. */
+type Position = ListedAgent | { agentId: string; value: number }
 
-function sortValue(sort: AgentSort, s: AgentSnapshot): number {
-  if (sort === 'cost') return s.totalNano
-  if (sort === 'recent') return s.lastEventMinute ?? 0
+/** What the order sorts on, highest first (0 for every agent when sorted by id). */
+function sortValue(sort: AgentSort, p: Position): number {
+  if ('value' in p) return p.value
+  if (sort === 'cost') return p.snapshot.totalNano
+  if (sort === 'recent') return p.snapshot.lastEventMinute ?? 0
   return 0
 }
 
 /**
- * Highest value first, then by id in code-unit order (a locale-aware comparison cost 40 ms
- * over 10,000 agents of equal totals).
+ * A listing's order: highest value first, then by id in code-unit order (a locale-aware
+ * comparison cost 40 ms over 10,000 agents of equal totals).
  */
-function byValueThenId(a: { value: number; agentId: string }, b: { value: number; agentId: string }): number {
-  return b.value - a.value || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0)
+function listingOrder(sort: AgentSort): (a: Position, b: Position) => number {
+  return (a, b) => sortValue(sort, b) - sortValue(sort, a) || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0)
 }
 
 /**
- * The first `n` of `rows` in byValueThenId order, sorted, without sorting the rest: a heap of
- * the `n` kept so far, whose last in order is at its root, which a row replaces only when it
- * comes before it. A page of 100 of 10,000 agents compares each row once with the root, and
- * sorts 100 (a whole sort made the page's time grow with the fleet's n log n).
+ * The first `n` of `rows` in `order`, sorted, without sorting the rest: a heap of the `n`
+ * kept so far, whose last in order is at its root, which a row replaces only when it comes
+ * before it. A page of 100 of 10,000 agents compares most rows once with the root, and sorts
+ * 100 (a whole sort made the page's time grow with the fleet's n log n).
  */
-export function firstInOrder<T extends { value: number; agentId: string }>(rows: readonly T[], n: number): T[] {
-  if (rows.length <= n) return [...rows].sort(byValueThenId)
-  // A max-heap by byValueThenId: heap[0] is the last in order of the kept rows.
+export function firstInOrder<T>(rows: readonly T[], n: number, order: (a: T, b: T) => number): T[] {
+  if (rows.length <= n) return [...rows].sort(order)
+  // A max-heap by `order`: heap[0] is the last in order of the kept rows.
   const heap: T[] = []
-  const later = (i: number, j: number) => byValueThenId(heap[i]!, heap[j]!) > 0
+  const later = (i: number, j: number) => order(heap[i]!, heap[j]!) > 0
   const swap = (i: number, j: number) => ([heap[i], heap[j]] = [heap[j]!, heap[i]!])
   const down = (i: number) => {
     for (;;) {
@@ -365,17 +360,17 @@ export function firstInOrder<T extends { value: number; agentId: string }>(rows:
     if (heap.length < n) {
       heap.push(row)
       for (let i = heap.length - 1; i > 0 && later(i, (i - 1) >> 1); i = (i - 1) >> 1) swap(i, (i - 1) >> 1)
-    } else if (byValueThenId(row, heap[0]!) < 0) {
+    } else if (order(row, heap[0]!) < 0) {
       heap[0] = row
       down(0)
     }
   }
-  return heap.sort(byValueThenId)
+  return heap.sort(order)
 }
 
 // One shape for every row (an absent threshold is undefined, which the reply leaves out):
 // a spread of an optional field made rows of two shapes and took a quarter of the listing.
-function agentSummary({ agentId, snapshot: s, holding, ignoring, alerts }: ListedRow) {
+function agentSummary({ agentId, snapshot: s }: ListedAgent, holding: { pause: PauseState; fleet: boolean } | null) {
   return {
     agent_id: agentId,
     total_cost_usd: nanoToUsd(s.totalNano),
@@ -384,7 +379,7 @@ function agentSummary({ agentId, snapshot: s, holding, ignoring, alerts }: Liste
     is_paused: holding !== null,
     paused_reason: pausedReasonOf(holding),
     remaining_usd: nanoToUsd(agentBudget(s.policy) - s.totalNano),
-    alerts_reached: alerts,
-    ignoring_pause: ignoring,
+    alerts_reached: budgetLevelsReached(s.totalNano, s.policy),
+    ignoring_pause: ignoring(s.ignored, holding?.pause.since ?? 0),
   }
 }
