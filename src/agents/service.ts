@@ -141,18 +141,20 @@ export class AgentService {
       if (q.alerted !== undefined && q.alerted !== alerted) continue
       kept.push(agent)
     }
-    const order = listingOrder(q.sort)
+    const value = sortValue(q.sort)
+    const order = listingOrder(value)
     const row = (a: ListedAgent) => agentSummary(a, holdingPause(a.snapshot.pause, fleet.pause))
     if (q.limit === undefined) return { agents: kept.sort(order).map(row) }
     const cursor = q.cursor
-    const after = cursor ? kept.filter((a) => order(a, { agentId: cursor.agentId, value: cursor.value }) > 0) : kept
+    // The agents after the cursor's position in the order.
+    const after = cursor ? kept.filter((a) => value(a) < cursor.value || (value(a) === cursor.value && a.agentId > cursor.agentId)) : kept
     const page = firstInOrder(after, q.limit, order)
     const last = page.at(-1)
     const more = after.length > q.limit && last !== undefined
     const { totalNano, ...counts } = summary
     return {
       agents: page.map(row),
-      next_cursor: more ? encodeAgentCursor({ sort: q.sort, value: sortValue(q.sort, last), agentId: last.agentId }) : null,
+      next_cursor: more ? encodeAgentCursor({ sort: q.sort, value: value(last), agentId: last.agentId }) : null,
       total: kept.length,
       summary: { ...counts, total_cost_usd: nanoToUsd(totalNano) },
     }
@@ -313,23 +315,19 @@ function pausedAt(pause: PauseState): string | null {
   return pause.since > 0 ? new Date(pause.since).toISOString() : null
 }
 
-/** A listed agent, or a cursor's position: what a listing's order compares. */
-type Position = ListedAgent | { agentId: string; value: number }
-
-/** What the order sorts on, highest first (0 for every agent when sorted by id). */
-function sortValue(sort: AgentSort, p: Position): number {
-  if ('value' in p) return p.value
-  if (sort === 'cost') return p.snapshot.totalNano
-  if (sort === 'recent') return p.snapshot.lastEventMinute ?? 0
-  return 0
+/** What a listing's order sorts on, highest first (0 for every agent when sorted by id). */
+function sortValue(sort: AgentSort): (a: ListedAgent) => number {
+  if (sort === 'cost') return (a) => a.snapshot.totalNano
+  if (sort === 'recent') return (a) => a.snapshot.lastEventMinute ?? 0
+  return () => 0
 }
 
 /**
  * A listing's order: highest value first, then by id in code-unit order (a locale-aware
  * comparison cost 40 ms over 10,000 agents of equal totals).
  */
-function listingOrder(sort: AgentSort): (a: Position, b: Position) => number {
-  return (a, b) => sortValue(sort, b) - sortValue(sort, a) || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0)
+function listingOrder(value: (a: ListedAgent) => number): (a: ListedAgent, b: ListedAgent) => number {
+  return (a, b) => value(b) - value(a) || (a.agentId < b.agentId ? -1 : a.agentId > b.agentId ? 1 : 0)
 }
 
 /**
