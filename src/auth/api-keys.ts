@@ -47,7 +47,9 @@ export class ApiKeys {
   // lookup's promise, so concurrent requests with a new key wait for one query instead of
   // sending one each (a fleet starting up presents one key many times at once). Bounded,
   // least recently used out first.
-  readonly #cache = new LRUCache<string, { principal: Promise<Principal | null>; at: number }>({ max: 100_000 })
+  // Key hash → its principal (the read's promise, and its answer once it has one) and when
+  // that read began.
+  readonly #cache = new LRUCache<string, { principal: Promise<Principal | null>; at: number; answer?: Principal | null }>({ max: 100_000 })
   // Keys no record has, remembered for a TTL in a cache of their own: a flood of
   // made-up keys evicts other made-up keys, never the keys of real users.
   readonly #unknown: LRUCache<string, true>
@@ -114,9 +116,11 @@ export class ApiKeys {
   /**
    * The principal of a presented key, or null. Answers from a cache that is re-read
    * after `cacheTtlMs`, so a key revoked by a process without Redis (the CLI straight on
-   * ClickHouse) stops working within that; revocations through a server are immediate.
-   * When the re-read fails (ClickHouse away), the last answer holds and is read again a TTL
-   * later: POST /events never needs ClickHouse for a key it has verified before.
+   * ClickHouse) stops working within that and the read; revocations through a server are
+   * immediate. While a valid key is read again, its requests are answered as before the read,
+   * never held behind it: POST /events never waits for ClickHouse for a key it has verified
+   * before. When the re-read fails (ClickHouse away), the last answer holds and is read again
+   * a TTL later.
    * A key never verified still needs one read; while ClickHouse is away that is a 503.
    * Refused without a read of its own: a key not shaped as generateKey() makes them, one
    * whose id no key has (KeyIds), and one that no record has, remembered for the TTL.
@@ -129,7 +133,7 @@ export class ApiKeys {
     if (this.#unknown.has(hash)) return null
     const now = this.#clock.now()
     const hit = this.#cache.get(hash)
-    if (hit && now - hit.at < this.#ttlMs) return hit.principal
+    if (hit && now - hit.at < this.#ttlMs) return hit.answer !== undefined ? hit.answer : hit.principal
     if (hit === undefined && !(await this.#ids.mayHave(shaped[1]!))) return null
     const known = hit?.principal
     // A read that answers nothing to keep leaves the cache, unless a newer read replaced it.
@@ -152,8 +156,14 @@ export class ApiKeys {
       },
     )
     // Concurrent requests with this key share this one read.
-    this.#cache.set(hash, { principal, at: now })
-    return principal
+    const entry: { principal: Promise<Principal | null>; at: number; answer?: Principal | null } = { principal, at: now }
+    principal.then(
+      (answer) => void (entry.answer = answer),
+      () => undefined,
+    )
+    this.#cache.set(hash, entry)
+    // A key valid at its last read is answered so until this read says otherwise.
+    return hit?.answer ?? principal
   }
 }
 
