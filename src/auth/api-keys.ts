@@ -47,9 +47,7 @@ export class ApiKeys {
   // lookup's promise, so concurrent requests with a new key wait for one query instead of
   // sending one each (a fleet starting up presents one key many times at once). Bounded,
   // least recently used out first.
-  // Key hash → its principal (the read's promise, and its answer once it has one) and when
-  // that read began.
-  readonly #cache = new LRUCache<string, { principal: Promise<Principal | null>; at: number; answer?: Principal | null }>({ max: 100_000 })
+  readonly #cache = new LRUCache<string, CachedKey>({ max: 100_000 })
   // Keys no record has, remembered for a TTL in a cache of their own: a flood of
   // made-up keys evicts other made-up keys, never the keys of real users.
   readonly #unknown: LRUCache<string, true>
@@ -75,7 +73,7 @@ export class ApiKeys {
    * without a read of ClickHouse (which may be the very thing that is away).
    */
   revoked(keyHash: string): void {
-    this.#cache.set(keyHash, { principal: Promise.resolve(null), at: this.#clock.now() })
+    this.#cache.set(keyHash, answered(null, this.#clock.now()))
   }
 
   async create(userId: string, opts: { name?: string; rateLimit?: number | null } = {}): Promise<CreatedKey> {
@@ -92,7 +90,7 @@ export class ApiKeys {
     await saveKey(this.#client, record, 1)
     this.#ids.add(keyId)
     this.#unknown.delete(record.keyHash)
-    this.#cache.set(record.keyHash, { principal: Promise.resolve(principalOf(record)), at: this.#clock.now() })
+    this.#cache.set(record.keyHash, answered(principalOf(record), this.#clock.now()))
     return { record, key }
   }
 
@@ -108,7 +106,7 @@ export class ApiKeys {
       current.revokedAt = new Date(this.#clock.now()).toISOString()
       await saveKey(this.#client, current, 2)
     }
-    this.#cache.set(current.keyHash, { principal: Promise.resolve(null), at: this.#clock.now() })
+    this.#cache.set(current.keyHash, answered(null, this.#clock.now()))
     this.#onRevoked?.(current.keyHash)
     return current
   }
@@ -156,7 +154,7 @@ export class ApiKeys {
       },
     )
     // Concurrent requests with this key share this one read.
-    const entry: { principal: Promise<Principal | null>; at: number; answer?: Principal | null } = { principal, at: now }
+    const entry: CachedKey = { principal, at: now }
     principal.then(
       (answer) => void (entry.answer = answer),
       () => undefined,
@@ -165,6 +163,18 @@ export class ApiKeys {
     // A key valid at its last read is answered so until this read says otherwise.
     return hit?.answer ?? principal
   }
+}
+
+/** A key's principal as the cache holds it: its read's promise, its answer once it has one, and when the read began. */
+interface CachedKey {
+  principal: Promise<Principal | null>
+  at: number
+  answer?: Principal | null
+}
+
+/** An entry whose answer is known without a read (a key created or revoked here). */
+function answered(principal: Principal | null, at: number): CachedKey {
+  return { principal: Promise.resolve(principal), at, answer: principal }
 }
 
 /**
