@@ -55,19 +55,8 @@ export function createMetrics(sources: {
   gauge('burnrate_journal_backlog_bytes', 'Bytes in the journal not yet shipped to ClickHouse (embedded)', () => journal.backlog().bytes)
   gauge('burnrate_journal_oldest_age_seconds', 'Age of the oldest row not yet shipped to ClickHouse (0 when none)', () => backlogAgeSeconds(journal.backlog(), Date.now()))
   const { stats } = journal
-  if (stats) {
-    // A counter the journal keeps itself: each scrape adds what it counted since the last.
-    let seen = 0
-    new Counter({
-      name: 'burnrate_journal_writes_total',
-      help: 'Group writes of the embedded journal (rows appended together share one)',
-      registers: [registry],
-      collect: function (this: Counter) {
-        this.inc(stats.writes - seen)
-        seen = stats.writes
-      },
-    })
-  }
+  // A count the journal keeps itself.
+  if (stats) followingCounter(registry, 'burnrate_journal_writes_total', 'Group writes of the embedded journal (rows appended together share one)', () => stats.writes)
   if (sources.merges) clickhouseMetrics(registry, sources.merges)
   const pauses = new Counter({
     name: 'burnrate_pauses_total',
@@ -134,9 +123,26 @@ export function createMetrics(sources: {
 }
 
 /**
- * ClickHouse's merge counters and active parts. The counters are ClickHouse's own since its
- * process started: each scrape adds what they grew by, and a restart of the server (they
- * start again from 0) counts from there.
+ * A counter that follows a total kept elsewhere: each scrape adds what the total grew by
+ * since the last one; a total that starts again from 0 (a restarted ClickHouse server)
+ * counts from there.
+ */
+function followingCounter(registry: Registry, name: string, help: string, total: () => number | Promise<number>): void {
+  let seen = 0
+  new Counter({
+    name,
+    help,
+    registers: [registry],
+    collect: async function (this: Counter) {
+      const now = await total()
+      this.inc(now >= seen ? now - seen : now)
+      seen = now
+    },
+  })
+}
+
+/**
+ * ClickHouse's merge counters (its own since its process started) and active parts.
  */
 function clickhouseMetrics(registry: Registry, read: () => Promise<MergeStats>): void {
   let last: MergeStats = { merges: 0, mergeMs: 0, parts: [] }
@@ -148,20 +154,11 @@ function clickhouseMetrics(registry: Registry, read: () => Promise<MergeStats>):
     }
     return reading.done
   }
-  const counter = (name: string, help: string, value: (s: MergeStats) => number) => {
-    let seen = 0
-    new Counter({
-      name,
-      help,
-      registers: [registry],
-      collect: async function (this: Counter) {
-        await refresh()
-        const now = value(last)
-        this.inc(now >= seen ? now - seen : now)
-        seen = now
-      },
+  const counter = (name: string, help: string, value: (s: MergeStats) => number) =>
+    followingCounter(registry, name, help, async () => {
+      await refresh()
+      return value(last)
     })
-  }
   counter('burnrate_clickhouse_merges_total', "Background merges ClickHouse ran (every database of its process: chDB's when embedded)", (s) => s.merges)
   counter('burnrate_clickhouse_merge_seconds_total', 'Time ClickHouse spent in background merges (every database of its process)', (s) => s.mergeMs / 1000)
   new Gauge({
