@@ -174,13 +174,15 @@ function learn(provider: Provider, entry: Record<string, unknown>, quantities: Q
 
 const MISSING_KEY = /^Missing (?:ancestor|join) price key (\S+)/
 
+/** The price key whose absence the library's check of a price entry refused it for, if that was the refusal. */
+function missingKey(err: unknown): string | undefined {
+  return MISSING_KEY.exec(err instanceof Error ? err.message : '')?.[1]
+}
+
 /** The provider narrowed to the price keys `quantities` reach, or null when none can be found. */
 function prune(provider: Provider, entry: Record<string, unknown>, quantities: Quantities, model: string, timestamp: Date): Provider | null {
   const keys = new Set(Object.keys(quantities).map(priceKeyOf))
-  const narrowed = () => {
-    const prices = Object.fromEntries(Object.entries(entry).filter(([k]) => keys.has(k)))
-    return { ...provider, models: [{ ...provider.models[0]!, prices }] } as Provider
-  }
+  const narrowed = () => withPrices(provider, Object.fromEntries(Object.entries(entry).filter(([k]) => keys.has(k))))
   // Each refusal names one missing ancestor or join: a handful of rounds at most.
   for (let round = 0; round <= Object.keys(entry).length; round++) {
     const candidate = narrowed()
@@ -188,7 +190,7 @@ function prune(provider: Provider, entry: Record<string, unknown>, quantities: Q
       calcPrice(quantities, model, { provider: candidate, timestamp })
       return candidate
     } catch (err) {
-      const missing = MISSING_KEY.exec(err instanceof Error ? err.message : '')?.[1]
+      const missing = missingKey(err)
       if (missing === undefined || keys.has(missing) || !(missing in entry)) return missing === undefined ? candidate : null
       keys.add(missing)
     }
@@ -313,7 +315,7 @@ function ancestorsOf(key: string, pruned: Provider, model: string, timestamp: Da
       calcPrice({}, model, { provider: withPrices(pruned, prices), timestamp })
       return found
     } catch (err) {
-      const missing = MISSING_KEY.exec(err instanceof Error ? err.message : '')?.[1]
+      const missing = missingKey(err)
       if (missing === undefined || missing === key || found.has(missing)) return null
       found.add(missing)
     }
@@ -341,6 +343,7 @@ function directionOf(key: string, ancestors: Set<string>, pruned: Provider, mode
   return r.input_price === 0 && r.output_price === 0 ? 'other' : null
 }
 
-function withPrices(pruned: Provider, prices: Record<string, number>): Provider {
-  return { ...pruned, models: [{ ...pruned.models[0]!, prices }] }
+/** The provider of one model with other prices (its price keys, as the library's data has them). */
+function withPrices(provider: Provider, prices: Record<string, unknown>): Provider {
+  return { ...provider, models: [{ ...provider.models[0]!, prices }] } as Provider
 }
