@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { startRedis } from '../test/helpers/redis.ts'
-import { ROOT, children, createKey, fmt, ratio, run, scrape, startBurnrate, stop, table } from './processes.ts'
+import { ROOT, STORE_ENV, children, createKey, fmt, ratio, run, scrape, startBurnrate, stop, table } from './processes.ts'
 import type { LoadSummary } from './load.ts'
 import type { Figure } from './results.ts'
 
@@ -124,7 +124,7 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
     LOG_LEVEL: 'info',
     READS_RATE_LIMIT: '100000000',
   }
-  for (const name of ['CLICKHOUSE_URL', 'REDIS_URL', 'REDIS_CLUSTER_NODES', 'PRICES_FILE']) delete env[name]
+  for (const name of STORE_ENV) delete env[name]
   if (o.redisUrl) env.REDIS_URL = o.redisUrl
   await mkdir(dir, { recursive: true })
   const started = performance.now()

@@ -11,6 +11,13 @@ import { Redis } from 'ioredis'
 import { REQUEST_TIMEOUT_S, type Counts, type EventCounts, type LoadSummary } from './load.ts'
 
 export const ROOT = resolve(import.meta.dirname, '..')
+
+/**
+ * Settings of the shell that would point a benched burnrate at other stores, wait for
+ * replicas, or change its prices: removed from the environment of every burnrate the bench
+ * starts, which then gets its own.
+ */
+export const STORE_ENV = ['CLICKHOUSE_URL', 'CLICKHOUSE_USER', 'CLICKHOUSE_PASSWORD', 'CLICKHOUSE_DATABASE', 'REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_WAIT_REPLICAS', 'REDIS_WAIT_TIMEOUT_MS', 'PRICES_FILE']
 export const NODE = process.execPath
 export const BURNRATE = join(ROOT, 'bin', 'burnrate.js')
 

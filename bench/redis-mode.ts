@@ -27,7 +27,7 @@ import type { Redis } from 'ioredis'
 import { startRedis } from '../test/helpers/redis.ts'
 import { startRedisCluster } from '../test/helpers/redis-cluster.ts'
 import type { LoadSummary } from './load.ts'
-import { acknowledged, createKey, failures, getJson, halfOf, load, postJson, redisMemory, startBurnrate, stop, storedLlmCalls, unanswered, withCpu, type LoadOptions } from './processes.ts'
+import { STORE_ENV, acknowledged, createKey, failures, getJson, halfOf, load, postJson, redisMemory, startBurnrate, stop, storedLlmCalls, unanswered, withCpu, type LoadOptions } from './processes.ts'
 import { loaderFigures, measureMasters, measureRedis, readTrace, sampleScripts, type LoaderFigures, type MasterCost, type RedisCost, type ScriptStat } from './redis-figures.ts'
 
 type Timed = LoadSummary & { cpuUsPerRequest: number | null; cpuUsPerEvent: number | null }
@@ -142,8 +142,6 @@ interface MorePhases {
 /** How long the cluster's nodes get to stop (a master waits up to 10 s for its replicas: Redis's shutdown-timeout). */
 const CLUSTER_STOP_MS = 20_000
 
-/** Settings of the shell that would point burnrate at other stores, or wait for replicas in a phase that must not. */
-const STORE_ENV = ['CLICKHOUSE_URL', 'CLICKHOUSE_USER', 'CLICKHOUSE_PASSWORD', 'CLICKHOUSE_DATABASE', 'REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_WAIT_REPLICAS', 'REDIS_WAIT_TIMEOUT_MS', 'PRICES_FILE']
 
 /**
  * One store run: `startStore` on `dir`/store, burnrate on `dir`/data with the store's

@@ -44,15 +44,13 @@ import { markdown, writeResults, type Figure } from './results.ts'
 import { BATCH, clusterMode, redisMode, type ClusterModeResult, type RedisModeResult, type StoreRunResult, type UsersResult } from './redis-mode.ts'
 import { REDIS_US_PER_EVENT_TARGET, type LoaderFigures, type MasterCost, type RedisCost, type ScriptStat } from './redis-figures.ts'
 import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
-import { NODE, ROOT, START_TIMEOUT_MS, acknowledged, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, failures, getJson, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, unanswered, withCpu } from './processes.ts'
+import { NODE, ROOT, START_TIMEOUT_MS, STORE_ENV, acknowledged, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, failures, getJson, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, unanswered, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, type LoadSummary } from './load.ts'
 
 
 /** A placeholder x-api-key for the ceiling, shaped like a burnrate key (br_<12 hex>_<43 chars>). */
 const CEILING_KEY = `br_000000000000_${'x'.repeat(43)}`
 
-/** burnrate settings that would point the bench at other stores or change what it measures. */
-const STRIPPED_ENV = ['CLICKHOUSE_URL', 'CLICKHOUSE_USER', 'CLICKHOUSE_PASSWORD', 'CLICKHOUSE_DATABASE', 'REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_WAIT_REPLICAS', 'PRICES_FILE']
 /** burnrate settings passed through from the environment (printed when set). */
 const PASSED_ENV = ['JOURNAL_FSYNC', 'JOURNAL_MAX_ROWS', 'JOURNAL_LEASE_MS', 'SHIP_INTERVAL_MS', 'SHIP_MAX_ROWS', 'KEY_CACHE_TTL_MS', 'EVENTS_RATE_LIMIT', 'READS_RATE_LIMIT']
 
@@ -347,7 +345,7 @@ async function main(): Promise<number> {
     // CONFIG_RATE_LIMIT: the alert-level phase configures every one of its agents.
     // TRUST_PROXY: the wide flood names its addresses in X-Forwarded-For (the load sends none).
     const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', METRICS_PORT: '0', CONFIG_RATE_LIMIT: '100000000', TRUST_PROXY: 'true' }
-    for (const name of STRIPPED_ENV) delete env[name]
+    for (const name of STORE_ENV) delete env[name]
     // The production shape's hot state, on purpose only: never a REDIS_URL left in the shell.
     if (process.env.BENCH_REDIS_URL) env.REDIS_URL = process.env.BENCH_REDIS_URL
     const passed = [...PASSED_ENV, 'REDIS_URL'].filter((name) => env[name]).map((name) => `${name}=${env[name]}`)
