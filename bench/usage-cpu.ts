@@ -17,10 +17,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { parseArgs } from 'node:util'
 import { summarizeProfile, type CpuProfile } from './cpu-profile.ts'
-import { children, createKey, fmt, load, startBurnrate, stop, table, withCpu, type LoadOptions } from './processes.ts'
-
-/** burnrate settings that would point it at other stores or change what is measured. */
-const STRIPPED_ENV = ['CLICKHOUSE_URL', 'CLICKHOUSE_USER', 'CLICKHOUSE_PASSWORD', 'CLICKHOUSE_DATABASE', 'REDIS_URL', 'REDIS_CLUSTER_NODES', 'REDIS_WAIT_REPLICAS', 'PRICES_FILE']
+import { STORE_ENV, children, createKey, fmt, load, startBurnrate, stop, table, withCpu, type LoadOptions } from './processes.ts'
 
 const { values } = parseArgs({
   options: { duration: { type: 'string' }, rounds: { type: 'string' }, connections: { type: 'string' }, profile: { type: 'string' } },
@@ -35,7 +32,7 @@ const dir = await mkdtemp(join(tmpdir(), 'burnrate-usage-cpu-'))
 const profDir = profile ? join(dir, 'profile') : null
 try {
   const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', METRICS_PORT: '0' }
-  for (const name of STRIPPED_ENV) delete env[name]
+  for (const name of STORE_ENV) delete env[name]
   const burnrate = await startBurnrate(env, join(dir, 'burnrate.log'), profDir)
   const apiKey = await createKey(env, 'bench')
   const pid = burnrate.child.pid
@@ -56,10 +53,16 @@ try {
   }
   await stop(burnrate.child, 'burnrate')
 
+  type Row = (typeof rows)[number]
+  // A usage phase against the mean of the token phases around it.
+  const around = (i: number, f: (t: Row) => number | null): number | null => {
+    const tokens = [rows[i - 1], rows[i + 1]].flatMap((t) => (t?.kind === 'token' && f(t) !== null ? [f(t)!] : []))
+    return tokens.length ? tokens.reduce((sum, x) => sum + x, 0) / tokens.length : null
+  }
   const cells = rows.map((row, i) => {
-    const tokens = row.kind === 'usage' ? [rows[i - 1], rows[i + 1]].filter((t) => t?.kind === 'token') : []
-    const mean = (f: (t: (typeof rows)[number]) => number) => tokens.reduce((sum, t) => sum + f(t!), 0) / tokens.length
-    const share = tokens.length ? `${fmt(row.rps / mean((t) => t.rps), 2)} / ${row.cpu === null ? 'n/a' : fmt(row.cpu / mean((t) => t.cpu ?? NaN), 2)}` : ''
+    const rps = row.kind === 'usage' ? around(i, (t) => t.rps) : null
+    const cpu = row.kind === 'usage' ? around(i, (t) => t.cpu) : null
+    const share = rps === null ? '' : `${fmt(row.rps / rps, 2)} / ${row.cpu === null || cpu === null ? 'n/a' : fmt(row.cpu / cpu, 2)}`
     return [row.kind, fmt(row.rps), row.cpu === null ? 'n/a' : fmt(row.cpu, 1), share]
   })
   console.log(table([['phase', 'req/s', 'CPU µs/req', 'usage ÷ tokens around: req/s / CPU'], ...cells]))
@@ -67,8 +70,8 @@ try {
   const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN
   const cpu = (kind: string) => median(rows.filter((r) => r.kind === kind && r.cpu !== null).map((r) => r.cpu!))
   const shares = rows.flatMap((row, i) => {
-    const around = [rows[i - 1], rows[i + 1]].filter((t) => t?.kind === 'token' && t.cpu !== null)
-    return row.kind === 'usage' && row.cpu !== null && around.length ? [row.cpu / (around.reduce((sum, t) => sum + t!.cpu!, 0) / around.length)] : []
+    const cpu = row.kind === 'usage' ? around(i, (t) => t.cpu) : null
+    return row.cpu !== null && cpu !== null ? [row.cpu / cpu] : []
   })
   if (!profile) console.log(`medians: token ${fmt(cpu('token'), 1)} µs/req, usage ${fmt(cpu('usage'), 1)} µs/req, usage ÷ tokens around ${fmt(median(shares), 2)}`)
 
