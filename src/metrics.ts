@@ -1,8 +1,7 @@
 import { createServer, type Server } from 'node:http'
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client'
-import { PAUSE_REASONS } from './hot-state/meters.ts'
+import { PAUSE_REASONS, isMeterId, shownReason } from './hot-state/meters.ts'
 import { isFleet, type AgentRef } from './hot-state/agent-ref.ts'
-import { type PauseReason } from './hot-state/meters.ts'
 import { type BudgetAlert, type Transition } from './hot-state/types.ts'
 import { backlogAgeSeconds, type JournalBacklog } from './journal/types.ts'
 import type { MergeStats } from './storage/merges.ts'
@@ -30,7 +29,6 @@ export interface Metrics {
 }
 
 const SCOPES = ['agent', 'fleet'] as const
-const isPauseReason = (reason: string): reason is PauseReason => (PAUSE_REASONS as readonly string[]).includes(reason)
 
 const scopeOf = (ref: AgentRef) => (isFleet(ref) ? 'fleet' : 'agent')
 
@@ -114,7 +112,8 @@ export function createMetrics(sources: {
       for (const ms of s.waitedMs) shipLag.observe(ms / 1000)
     },
     transitions(ts) {
-      for (const t of ts) if (t.paused && isPauseReason(t.reason)) pauses.inc({ scope: scopeOf(t), reason: t.reason })
+      // A period budget's pause counts under period_budget, whatever its period.
+      for (const t of ts) if (t.paused && (t.reason === 'manual' || isMeterId(t.reason))) pauses.inc({ scope: scopeOf(t), reason: shownReason(t.reason) })
     },
     alerts(as) {
       for (const a of as) alerts.inc({ scope: scopeOf(a) })

@@ -162,7 +162,16 @@ export async function openServices(
   const keeper = redisJournal ? keepJournal({ journal: redisJournal, clickhouse, maxRows: config.ship.maxRows, log, onDeadLetter }) : null
 
   const holds = new HoldService({ hotState, prices, clock, onHold: (refusal) => metrics.holds.inc({ result: refusal ?? 'granted' }) })
-  const agents = new AgentService({ clickhouse, hotState, clock, allowPrivateWebhooks: config.webhook.allowPrivate, onTransition: (t) => metrics.transitions([t]) })
+  const agents = new AgentService({
+    clickhouse,
+    hotState,
+    clock,
+    allowPrivateWebhooks: config.webhook.allowPrivate,
+    onTransition: (t) => {
+      metrics.transitions([t])
+      announceBudgetPauses([t], log, notifier)
+    },
+  })
   const keys = new ApiKeys(clickhouse, {
     clock,
     cacheTtlMs: config.keyCacheTtlMs,

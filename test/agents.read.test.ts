@@ -26,9 +26,9 @@ describe('GET /agents', () => {
     const dear = 2 * (1000 * 2.5 + 5000 * 10) / 1e6
     expect(res.json()).toEqual({
       agents: [
-        { agent_id: 'dear', total_cost_usd: dear, llm_calls: 2, is_paused: false, paused_reason: null, remaining_usd: 10 - dear, alerts_reached: [], ignoring_pause: false },
-        { agent_id: 'cheap', total_cost_usd: LLM_CALL_USD, llm_calls: 1, cost_threshold_usd: 3, is_paused: false, paused_reason: null, remaining_usd: 3 - LLM_CALL_USD, alerts_reached: [], ignoring_pause: false },
-        { agent_id: 'idle', total_cost_usd: 0, llm_calls: 0, is_paused: false, paused_reason: null, remaining_usd: 10, alerts_reached: [], ignoring_pause: false },
+        { agent_id: 'dear', total_cost_usd: dear, llm_calls: 2, is_paused: false, paused_reason: null, remaining_usd: 10 - dear, alerts_reached: [], ignoring_pause: false, paused_period: null, periods: [] },
+        { agent_id: 'cheap', total_cost_usd: LLM_CALL_USD, llm_calls: 1, cost_threshold_usd: 3, is_paused: false, paused_reason: null, remaining_usd: 3 - LLM_CALL_USD, alerts_reached: [], ignoring_pause: false, paused_period: null, periods: [] },
+        { agent_id: 'idle', total_cost_usd: 0, llm_calls: 0, is_paused: false, paused_reason: null, remaining_usd: 10, alerts_reached: [], ignoring_pause: false, paused_period: null, periods: [] },
       ],
     })
   })

@@ -64,6 +64,7 @@ describe('GET /audit', () => {
       alert_at: [0.8],
       velocity_limit_usd: null,
       velocity_window_minutes: 5,
+      period_budgets: [],
     })
     expect(records[4]!.details).toEqual({ old: null, new: shown(0.01) })
     expect(records[3]!.details).toEqual({ old: shown(0.01), new: shown(0.02) })

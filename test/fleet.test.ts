@@ -26,9 +26,11 @@ describe('the fleet budget', () => {
       projected_exhaustion_at: null,
       is_paused: false,
       paused_reason: null,
+      paused_period: null,
       paused_at: null,
       override: false,
       alerts_reached: [],
+      periods: [],
       config: null,
     })
     for (const agent of ['a', 'b', 'b']) await t.h.post('/events', llmCall(agent), key)
@@ -41,7 +43,7 @@ describe('the fleet budget', () => {
       remaining_usd: 0.0675,
       projected_exhaustion_at: new Date(clock.now() + 3 * 3_600_000).toISOString(),
       alerts_reached: [],
-      config: { cost_threshold_usd: 0.09, slack_webhook_url: null, auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5 },
+      config: { cost_threshold_usd: 0.09, slack_webhook_url: null, auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [] },
     })
   })
 
@@ -134,7 +136,7 @@ describe('the fleet budget', () => {
     expect((await fleetOf(key)).config).toBeNull()
     await t.h.post('/config/fleet', { cost_threshold_usd: 5, auto_resume: true }, key)
     await t.h.post('/config/fleet', { alert_at: [0.9, 0.5] }, key)
-    const config = { cost_threshold_usd: 5, slack_webhook_url: null, auto_resume: true, alert_at: [0.5, 0.9], velocity_limit_usd: null, velocity_window_minutes: 5 }
+    const config = { cost_threshold_usd: 5, slack_webhook_url: null, auto_resume: true, alert_at: [0.5, 0.9], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [] }
     expect((await fleetOf(key)).config).toEqual(config)
     const bad: Array<[unknown, string]> = [
       [{ cost_threshold_usd: 5, agent_id: 'a' }, 'agent_id'], // an agent's field: unknown here

@@ -35,6 +35,7 @@ describe('budget holds', () => {
       expires_at: new Date(clock.now() + 300_000).toISOString(),
       paused: false,
       paused_reason: null,
+      paused_period: null,
     })
     expect((await t.h.post('/holds', ask('x'), key)).json()).toMatchObject({ allowed: true, remaining_usd: 0.005 })
     expect((await t.h.post('/holds', ask('x'), key)).json()).toEqual({
@@ -48,6 +49,7 @@ describe('budget holds', () => {
       expires_at: null,
       paused: false,
       paused_reason: null,
+      paused_period: null,
     })
     expect(await held('x', key)).toBe(2 * WORST_USD)
     const metrics = await t.h.services.metrics.registry.getSingleMetricAsString('burnrate_holds_total')

@@ -57,11 +57,11 @@ describe('two users with the same agent_id see only their own data', () => {
   it('GET /agents lists only the caller\'s agent, with the caller\'s totals, threshold and pause flag', async () => {
     const { a, b } = await twoTenants()
     expect((await h.get('/agents', b.key)).json()).toEqual({
-      agents: [{ agent_id: AGENT, total_cost_usd: B_CALL_USD, llm_calls: 1, is_paused: false, paused_reason: null, remaining_usd: left(10, B_CALL_USD), alerts_reached: [], ignoring_pause: false }],
+      agents: [{ agent_id: AGENT, total_cost_usd: B_CALL_USD, llm_calls: 1, is_paused: false, paused_reason: null, remaining_usd: left(10, B_CALL_USD), alerts_reached: [], ignoring_pause: false, paused_period: null, periods: [] }],
     })
     expect((await h.get('/agents', a.key)).json()).toEqual({
       agents: [
-        { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 5, is_paused: true, paused_reason: 'manual', remaining_usd: left(5, 2 * LLM_CALL_USD), alerts_reached: [], ignoring_pause: false },
+        { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 5, is_paused: true, paused_reason: 'manual', remaining_usd: left(5, 2 * LLM_CALL_USD), alerts_reached: [], ignoring_pause: false, paused_period: null, periods: [] },
       ],
     })
   })
@@ -175,6 +175,7 @@ describe('one user\'s writes never change another user\'s agent of the same id',
       alert_at: [0.8],
       velocity_limit_usd: null,
       velocity_window_minutes: 5,
+      period_budgets: [],
     })
     expect((await h.get(`/agents/${AGENT}`, b.key)).json().config).toMatchObject({ cost_threshold_usd: 0.000001, slack_webhook_url: 'https://hooks.example.com/…serb' })
   })
@@ -192,7 +193,11 @@ describe('one user\'s writes never change another user\'s agent of the same id',
       llm_calls: 2,
       is_paused: false,
       paused_reason: null,
-      remaining_usd: left(10, 2 * LLM_CALL_USD), alerts_reached: [], ignoring_pause: false,
+      paused_period: null,
+      remaining_usd: left(10, 2 * LLM_CALL_USD),
+      alerts_reached: [],
+      ignoring_pause: false,
+      periods: [],
     })
   })
 
@@ -236,7 +241,7 @@ describe('several keys of one user', () => {
       expect(r2.json(), path).toEqual(r1.json())
     }
     expect((await h.get('/agents', k1)).json().agents).toEqual([
-      { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 7, is_paused: true, paused_reason: 'manual', remaining_usd: left(7, 2 * LLM_CALL_USD), alerts_reached: [], ignoring_pause: false },
+      { agent_id: AGENT, total_cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, cost_threshold_usd: 7, is_paused: true, paused_reason: 'manual', remaining_usd: left(7, 2 * LLM_CALL_USD), alerts_reached: [], ignoring_pause: false, paused_period: null, periods: [] },
     ])
     expect((await h.get('/agents/events', k2)).json().events.map((e: { event_id: string }) => e.event_id)).toEqual([second.event_id, first.event_id])
   })

@@ -1,19 +1,21 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
-import { budgetMeter } from '../hot-state/meters.ts'
-import { holdingPause, ignoring, levelsReached, pausedReasonOf } from '../hot-state/policy.ts'
+import { budgetMeter, metersOf, periodKey, resolveMeters, type PeriodBudget } from '../hot-state/meters.ts'
+import type { PeriodHistory } from '../hot-state/period-tallies.ts'
+import { holdingPause, ignoring, levelsReached, pausedPeriodOf, pausedReasonOf } from '../hot-state/policy.ts'
 import { fleetOf, isFleet, type AgentRef } from '../hot-state/agent-ref.ts'
 import { DEFAULT_POLICY, agentBudget, type AgentPolicy } from '../hot-state/meters.ts'
-import { RUNNING, type HotState, type Ignored, type ListedAgent, type PauseState, type Transition } from '../hot-state/types.ts'
+import { RUNNING, type HotState, type Ignored, type ListedAgent, type PauseState, type PeriodSpend, type Transition } from '../hot-state/types.ts'
+import { periodName } from '../periods.ts'
 import { nanoToUsd, usdToNano } from '../money.ts'
 import { checkWebhookUrl } from '../notify/webhook.ts'
 import type { ConfigBody, PolicyBody } from '../schemas/config.ts'
 import { encodeAgentCursor, type AgentSort, type AgentsQuery } from '../schemas/query.ts'
 import { auditRecords, type AuditCursor, type AuditScope } from '../storage/audit.ts'
 import { formatConfig } from '../storage/configs.ts'
-import { agentEvents, agentHasEvents, costByModel, hourlyCost, recentEvents, type StoredEvent } from '../storage/events.ts'
-import { windowStartMs } from '../rolling-day.ts'
+import { agentEvents, agentHasEvents, costByModel, hourlyCost, recentEvents, spendByQuarter, type StoredEvent } from '../storage/events.ts'
+import { MINUTE_MS, minuteOf, windowStartMs } from '../rolling-day.ts'
 
 const HOUR_MS = 3_600_000
 const RECENT_LOOKBACKS_MS = [HOUR_MS, 24 * HOUR_MS, 30 * 24 * HOUR_MS, Infinity]
@@ -23,7 +25,7 @@ export interface AgentServiceDeps {
   hotState: HotState
   clock: Clock
   allowPrivateWebhooks: boolean
-  /** Told each change of pause state a request made (a metric). */
+  /** Told each change of pause state a request made, a read's too (a metric; a period budget's pause ending by itself is announced). */
   onTransition?: (t: Transition) => void
 }
 
@@ -68,8 +70,33 @@ export class AgentService {
             : usdToNano(body.velocity_limit_usd)
           : (current?.velocityLimitNano ?? DEFAULT_POLICY.velocityLimitNano),
       velocityWindowMinutes: body.velocity_window_minutes ?? current?.velocityWindowMinutes ?? DEFAULT_POLICY.velocityWindowMinutes,
+      periodBudgets:
+        body.period_budgets !== undefined
+          ? (body.period_budgets ?? []).map((b): PeriodBudget => ({ spec: b.spec, limitNano: usdToNano(b.limitUsd) }))
+          : (current?.periodBudgets ?? DEFAULT_POLICY.periodBudgets),
     }
-    await hotState.setPolicy(ref, policy, clock.now(), actor)
+    const history = await this.#periodHistory(ref, state.snapshot.policy, policy)
+    await hotState.setPolicy(ref, policy, clock.now(), actor, history)
+  }
+
+  /**
+   * What the stored events say a state spent in the periods a new policy starts counting
+   * (those its current one does not have), up to a cut from which its hot window has every
+   * event: undefined when it starts none. A read of ClickHouse, on a config's request only;
+   * with ClickHouse away the config is refused (503) rather than counted from nothing.
+   */
+  async #periodHistory(ref: AgentRef, before: AgentPolicy, after: AgentPolicy): Promise<PeriodHistory | undefined> {
+    const now = this.#d.clock.now()
+    const known = new Set(metersOf(before).map(periodKey))
+    const starting = resolveMeters(metersOf(after), now).filter((m) => m.period && !known.has(periodKey(m)))
+    if (starting.length === 0) return undefined
+    // The window holds every minute from its start on; two minutes later still, so that the
+    // config may take a while to reach the hot state without a minute falling between the two.
+    const cut = minuteOf(windowStartMs(now)) + 2
+    const from = Math.min(...starting.map((m) => m.from))
+    if (from >= cut) return { cut, quarters: [] }
+    const rows = await spendByQuarter(this.#d.clickhouse, from * MINUTE_MS, cut * MINUTE_MS, isFleet(ref) ? { fleets: [ref.userId] } : { refs: [ref] })
+    return { cut, quarters: rows.flatMap((r) => [r.quarter, r.cost_nano]) }
   }
 
   /** POST /config/pause: returns the pause flag now in force (a manual pause or resume always holds). */
@@ -90,7 +117,8 @@ export class AgentService {
 
   /** GET /fleet: the user's 24 h total over all of their agents, against the fleet's budget. */
   async fleet(userId: string) {
-    const { snapshot: s, exhaustionAt } = await this.#d.hotState.get(fleetOf(userId), this.#d.clock.now())
+    const { snapshot: s, exhaustionAt, transition } = await this.#d.hotState.get(fleetOf(userId), this.#d.clock.now())
+    if (transition) this.#d.onTransition?.(transition)
     const holding = holdingPause(RUNNING, s.pause)
     return {
       total_cost_usd: nanoToUsd(s.totalNano),
@@ -102,9 +130,11 @@ export class AgentService {
       projected_exhaustion_at: isoOrNull(exhaustionAt),
       is_paused: holding !== null,
       paused_reason: pausedReasonOf(holding),
+      paused_period: pausedPeriodOf(holding),
       paused_at: holding ? pausedAt(holding.pause) : null,
       override: s.pause.override,
       alerts_reached: budgetLevelsReached(s.totalNano, s.policy),
+      periods: formatPeriods(s.periods),
       config: s.configured ? formatConfig(s.policy) : null,
     }
   }
@@ -206,6 +236,7 @@ export class AgentService {
       hotState.get(fleetOf(userId), now),
     ])
     const { snapshot } = state
+    for (const t of [state.transition, fleet.transition]) if (t) this.#d.onTransition?.(t)
     const holding = holdingPause(snapshot.pause, fleet.snapshot.pause)
     // An agent with open budget holds is known, even before its first event.
     await this.#mustExist(userId, agentId, snapshot.active || events.length > 0 || snapshot.configured || snapshot.heldNano > 0)
@@ -218,6 +249,7 @@ export class AgentService {
       llm_calls: snapshot.llmCalls,
       is_paused: holding !== null,
       paused_reason: pausedReasonOf(holding),
+      paused_period: pausedPeriodOf(holding),
       paused_at: holding ? pausedAt(holding.pause) : null,
       // llm_calls that kept coming after the pause that holds and its grace period.
       ...ignoredOf(snapshot.ignored, holding?.pause.since ?? 0),
@@ -226,6 +258,7 @@ export class AgentService {
       held_usd: nanoToUsd(snapshot.heldNano),
       projected_exhaustion_at: isoOrNull(state.exhaustionAt),
       alerts_reached: budgetLevelsReached(snapshot.totalNano, snapshot.policy),
+      periods: formatPeriods(snapshot.periods),
       config: snapshot.configured ? formatConfig(snapshot.policy) : null,
       cost_by_model: byModel.map((m) => ({
         model: m.model,
@@ -377,8 +410,30 @@ function agentSummary({ agentId, snapshot: s }: ListedAgent, holding: { pause: P
     cost_threshold_usd: s.configured ? nanoToUsd(agentBudget(s.policy)) : undefined,
     is_paused: holding !== null,
     paused_reason: pausedReasonOf(holding),
+    paused_period: pausedPeriodOf(holding),
     remaining_usd: nanoToUsd(agentBudget(s.policy) - s.totalNano),
     alerts_reached: budgetLevelsReached(s.totalNano, s.policy),
     ignoring_pause: ignoring(s.ignored, holding?.pause.since ?? 0),
+    periods: formatPeriods(s.periods),
   }
+}
+
+const NO_PERIODS: readonly never[] = Object.freeze([])
+
+/**
+ * Each period of a state's period budgets as the API shows it: what it holds against its
+ * limit, when it began and (a calendar period) ends, and when its limit is reached at the
+ * last hour's rate within it. A rolling window begins with its first whole UTC hour.
+ */
+export function formatPeriods(periods: readonly PeriodSpend[]) {
+  if (periods.length === 0) return NO_PERIODS
+  return periods.map(({ meter: m, spentNano, exhaustionAt }) => ({
+    period: periodName(m.period!),
+    spent_usd: nanoToUsd(spentNano),
+    limit_usd: nanoToUsd(m.limitNano),
+    remaining_usd: nanoToUsd(m.limitNano - spentNano),
+    starts_at: new Date(m.from * MINUTE_MS).toISOString(),
+    ends_at: m.endsAt === undefined ? null : new Date(m.endsAt).toISOString(),
+    projected_exhaustion_at: isoOrNull(exhaustionAt),
+  }))
 }

@@ -20,6 +20,7 @@ export interface HoldReply {
   refusal: HoldRefusal | null
   paused: boolean
   pausedReason: PausedReason | null
+  pausedPeriod: string | null
   /** The call's worst case: all of its input and max_output_tokens of output, at its model's prices. */
   worstCaseNano: Nano
   remainingNano: Nano
@@ -56,6 +57,7 @@ export class HoldService {
       refusal: r.refusal,
       paused: r.paused,
       pausedReason: r.pausedReason,
+      pausedPeriod: r.pausedPeriod,
       worstCaseNano: costNano,
       remainingNano: r.remainingNano,
       expiresAt: granted ? expiresAt : null,

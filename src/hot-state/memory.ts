@@ -9,12 +9,13 @@ import { minuteOf, inWindow } from '../rolling-day.ts'
 import { budgetMeter, metersOf, resolveMeters, type Meter, type MeterId, type ResolvedMeter } from './meters.ts'
 import { changePolicy, cross, holdRoom, levelsReached, manual, pausedBy, relax, stepEvent, stepHold, type Change, type Counted, type Judged } from './policy.ts'
 import { HoldBook, holdOfAnotherAgent, type OpenHold } from './holds.ts'
-import { exhaustionAt } from './projection.ts'
+import { exhaustionAt, periodExhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
 import { RollingWindow } from './minute-buckets.ts'
+import { NO_HISTORY, PeriodTallies, type PeriodHistory } from './period-tallies.ts'
 import { agentKey, fleetOf, isFleet, refOf, type AgentRef } from './agent-ref.ts'
 import { agentBudget, defaultPolicy, type AgentPolicy } from './meters.ts'
-import { DEFAULT_IGNORE_GRACE_MS, NOT_IGNORED, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type Ignored, type IgnoredPause, type ListedAgent, type PauseState, type RateCharge, type RateState, type RecordEvent, type RecordInput, type RecordResult, type ReleasedHold, type Restore, type Transition } from './types.ts'
+import { DEFAULT_IGNORE_GRACE_MS, NOT_IGNORED, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type Ignored, type PeriodSpend, type IgnoredPause, type ListedAgent, type PauseState, type RateCharge, type RateState, type RecordEvent, type RecordInput, type RecordResult, type ReleasedHold, type Restore, type Transition } from './types.ts'
 
 interface AgentEntry {
   window: RollingWindow
@@ -29,6 +30,8 @@ interface AgentEntry {
   ignored: Ignored
   /** The sum of its open budget holds, which #holds keeps. */
   held: Nano
+  /** Its spend over the periods of its period budgets; null while its policy has none. */
+  periods: PeriodTallies | null
 }
 
 /** The embedded journal as the in-process hot state writes to it (journal/segment-log.ts). */
@@ -112,7 +115,7 @@ export class MemoryHotState implements HotState {
     const fp = fingerprint(e.userId, e.agentId, e.eventId)
     const seenCost = this.#seen.get(fp, nowMinute)
     if (seenCost !== undefined) {
-      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions: [], alerts: [], ignored: null }
+      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions: [], alerts: [], ignored: null, periods: periodsOf(agent, now) }
     }
     // The hold this call settles is released before its real cost is counted; a retry was a
     // repeat above, and an unknown or expired hold releases nothing.
@@ -126,6 +129,8 @@ export class MemoryHotState implements HotState {
     const step = stepEvent(a, f, meters, { costNano: e.costNano, llmCall: e.llmCall, ignored: agent.ignored, graceMs: this.#graceMs }, now)
     agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
     fleet.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
+    agent.periods?.add(minute, e.costNano)
+    fleet.periods?.add(minute, e.costNano)
     agent.pause = a.pause
     agent.ignored = step.ignored
     fleet.pause = f.pause
@@ -134,7 +139,7 @@ export class MemoryHotState implements HotState {
     this.#changes(e, agent, a, meters.agent, totals.agent, step.agent, now, transitions, alerts)
     this.#changes(fleetRef, fleet, f, meters.fleet, totals.fleet, step.fleet, now, transitions, alerts)
     const ignored = step.raised ? this.#ignoredPause(e, step.ignored, agent, fleet, now) : null
-    return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions, alerts, ignored }
+    return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions, alerts, ignored, periods: periodsOf(agent, now) }
   }
 
   /** What counting an event did to a state, as transitions and alerts (`before`: its total before the event). */
@@ -142,9 +147,10 @@ export class MemoryHotState implements HotState {
     if (c.relaxed) transitions.push(transitionOf(ref, entry, c.relaxed, s, meters, before, now))
     if (c.crossed) transitions.push(transitionOf(ref, entry, c.crossed, s, meters, entry.window.totalNano, now))
     if (c.fired.length === 0) return
-    const exhaustionAt = this.#exhaustion(entry, now)
+    const exhaustion = this.#exhaustion(entry, now)
     for (const { meter, level } of c.fired) {
       const m = meters[meter]!
+      const exhaustionAt = m.period ? periodExhaustionAt(m, s.spent[meter]!, entry.window.spentSince(minuteOf(now) - 59), now) : exhaustion
       alerts.push({
         userId: ref.userId,
         agentId: ref.agentId,
@@ -300,7 +306,7 @@ export class MemoryHotState implements HotState {
       if (agent.window.empty) continue
       const transition = this.#relax({ userId, agentId }, agent, now)
       if (transition) transitions.push(transition)
-      listed.push({ agentId, snapshot: snapshotOf(agent) })
+      listed.push({ agentId, snapshot: snapshotOf(agent, now) })
     }
     if (transitions.length > 0) await this.#journal.append(transitions.map(asRow), now)
     return listed
@@ -310,7 +316,7 @@ export class MemoryHotState implements HotState {
     const agent = this.#agents.get(agentKey(ref))
     if (!agent) {
       return {
-        snapshot: { active: false, lastEventMinute: null, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: defaultPolicy(ref), configured: false, ignored: NOT_IGNORED, heldNano: 0 },
+        snapshot: { active: false, lastEventMinute: null, totalNano: 0, llmCalls: 0, pause: RUNNING, policy: defaultPolicy(ref), configured: false, ignored: NOT_IGNORED, heldNano: 0, periods: NO_PERIODS },
         transition: null,
         exhaustionAt: null,
       }
@@ -321,10 +327,10 @@ export class MemoryHotState implements HotState {
     const exhaustionAt = this.#exhaustion(agent, now)
     // Reads append past the bound: a relaxing transition is rare, and a read never fails for it.
     if (transition) await this.#journal.append([asRow(transition)], now)
-    return { snapshot: snapshotOf(agent), transition, exhaustionAt }
+    return { snapshot: snapshotOf(agent, now), transition, exhaustionAt }
   }
 
-  async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null> {
+  async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string, history: PeriodHistory = NO_HISTORY): Promise<Transition | null> {
     this.#mustHaveRoom()
     const agent = this.#moveOn(ref, now)
     const row = configRow(ref, policy, now, actor, agent.configured ? shownConfig(agent.policy) : '')
@@ -334,6 +340,7 @@ export class MemoryHotState implements HotState {
     const change = changePolicy(s, agent.meters, metersOf(next))
     agent.policy = next
     agent.meters = metersOf(next)
+    startPeriods(agent, now, history)
     agent.alerted = s.alerted
     agent.pause = s.pause
     agent.configured = true
@@ -373,6 +380,7 @@ export class MemoryHotState implements HotState {
     // Holds are hot state only: a rebuild starts without any (losing them loses only reservations).
     this.#holds.clear()
     const nowMinute = minuteOf(now)
+    const histories = new Map<string, PeriodHistory>()
     // An event counts in its agent's window and in its fleet's.
     const count = (agent: AgentEntry, fleet: AgentEntry, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => {
       this.#seen.add(fp, costNano, minute)
@@ -409,12 +417,16 @@ export class MemoryHotState implements HotState {
       ignored: (ref, ignored) => {
         this.#entry(ref).ignored = { ...ignored }
       },
+      history: (ref, history) => {
+        histories.set(agentKey(ref), history)
+      },
       finish: async () => {
         // A crossing stored just before a crash was never acted on, and is now (journaled).
         // The alert levels the spend is at count as fired: they were, with the events that
         // crossed them (the same journal append), or their level came with a config since.
         const transitions: Transition[] = []
         for (const [key, agent] of this.#agents) {
+          startPeriods(agent, now, histories.get(key) ?? NO_HISTORY)
           const meters = resolveMeters(agent.meters, now)
           const s = judge(agent, meters)
           agent.alerted = {}
@@ -451,7 +463,7 @@ export class MemoryHotState implements HotState {
     let agent = this.#agents.get(key)
     if (!agent) {
       const policy = defaultPolicy(ref)
-      agent = { window: new RollingWindow(), pause: RUNNING, policy, meters: metersOf(policy), configured: false, alerted: {}, ignored: NOT_IGNORED, held: 0 }
+      agent = { window: new RollingWindow(), pause: RUNNING, policy, meters: metersOf(policy), configured: false, alerted: {}, ignored: NOT_IGNORED, held: 0, periods: null }
       this.#agents.set(key, agent)
       // A fleet is kept with the agents (types.ts FLEET), but is not one of them.
       if (isFleet(ref)) return agent
@@ -508,11 +520,44 @@ export class MemoryHotState implements HotState {
 // time took 2 % of burnrate's CPU under the bench's load (bench/, --cpu-prof).
 const SWEEP_PER_ACCESS = 2
 
-/** A state as the rules judge it at the moment its meters were resolved for. */
+/** A state as the rules judge it at the moment its meters were resolved for (its window moved on to it). */
 function judge(entry: AgentEntry, meters: readonly ResolvedMeter[]): Judged {
   const spent = new Array<Nano>(meters.length)
-  for (let i = 0; i < meters.length; i++) spent[i] = entry.window.spentSince(meters[i]!.from)
+  for (let i = 0; i < meters.length; i++) spent[i] = spentOf(entry, meters[i]!)
   return { pause: entry.pause, spent, held: entry.held, alerted: entry.alerted }
+}
+
+/** What a meter's window or period holds. */
+function spentOf(entry: AgentEntry, m: ResolvedMeter): Nano {
+  return m.period ? (entry.periods ??= new PeriodTallies()).spent(m, entry.window) : entry.window.spentSince(m.from)
+}
+
+/**
+ * Starts counting the periods of a state's policy that it does not count yet, from the
+ * stored spend `history` and its window (period-tallies.ts); a policy without any drops them.
+ */
+function startPeriods(entry: AgentEntry, now: number, history: PeriodHistory): void {
+  const meters = resolveMeters(entry.meters, now)
+  if (!meters.some((m) => m.period)) {
+    entry.periods = null
+    return
+  }
+  ;(entry.periods ??= new PeriodTallies()).begin(meters, entry.window, history)
+}
+
+const NO_PERIODS: readonly PeriodSpend[] = Object.freeze([])
+
+/** What each period of a state's period budgets holds at `now`, and when its limit is reached at the last hour's rate. */
+function periodsOf(entry: AgentEntry, now: number): readonly PeriodSpend[] {
+  if (entry.periods === null) return NO_PERIODS
+  const lastHourNano = entry.window.spentSince(minuteOf(now) - 59)
+  const out: PeriodSpend[] = []
+  for (const m of resolveMeters(entry.meters, now)) {
+    if (!m.period) continue
+    const spentNano = spentOf(entry, m)
+    out.push({ meter: m, spentNano, exhaustionAt: periodExhaustionAt(m, spentNano, lastHourNano, now) })
+  }
+  return out
 }
 
 function asRow(t: Transition): JournalRow {
@@ -523,7 +568,7 @@ function alertAsRow(a: BudgetAlert): JournalRow {
   return { table: 'budget_alerts', row: alertRow(a) }
 }
 
-function snapshotOf(agent: AgentEntry): AgentSnapshot {
+function snapshotOf(agent: AgentEntry, now: number): AgentSnapshot {
   // The pause state and policy are replaced on every change, never changed in place: a
   // snapshot shares them (GET /agents reads 10,000 agents; copies were half its garbage).
   return {
@@ -536,12 +581,14 @@ function snapshotOf(agent: AgentEntry): AgentSnapshot {
     configured: agent.configured,
     ignored: agent.ignored,
     heldNano: agent.held,
+    periods: periodsOf(agent, now),
   }
 }
 
 /** A change the rules made, as the transition journaled and announced; `totalNano`: the window's total at that point. */
 function transitionOf(ref: AgentRef, entry: AgentEntry, change: Change, s: Judged, meters: readonly ResolvedMeter[], totalNano: Nano, now: number, actor = SYSTEM_ACTOR): Transition {
-  const m = change.meter >= 0 && change.reason === meters[change.meter]!.id ? meters[change.meter]! : undefined
+  // The meter of a pause it made, or of a pause ending by itself.
+  const m = change.meter >= 0 && (change.reason === meters[change.meter]!.id || change.reason === 'auto_resume') ? meters[change.meter]! : undefined
   return {
     userId: ref.userId,
     agentId: ref.agentId,

@@ -2,6 +2,8 @@ import { z } from 'zod'
 import type { Nano } from '../money.ts'
 import { minuteOf } from '../rolling-day.ts'
 import { isFleet, type AgentRef } from './agent-ref.ts'
+import { LRUCache } from 'lru-cache'
+import { calendarBounds, isCalendar, periodName, rollingFromHour, type CalendarPeriod, type PeriodSpec } from '../periods.ts'
 
 // A policy, and the meters it yields. Whatever a config says about money (a daily budget,
 // a velocity limit), the budget rules see a list of meters: each a limit on what is spent
@@ -25,7 +27,20 @@ export interface AgentPolicy {
   velocityLimitNano: Nano | null
   /** The velocity limit's window, 1 to 60 minutes (kept while there is no limit, as it was set). */
   velocityWindowMinutes: number
+  /** Budgets over calendar periods and rolling windows of days, at most four, one per period (periods.ts). */
+  periodBudgets: readonly PeriodBudget[]
 }
+
+/** A limit on what a calendar period or a rolling window of days holds (POST /config period_budgets). */
+export interface PeriodBudget {
+  spec: PeriodSpec
+  limitNano: Nano
+}
+
+const periodSpecJson = z.union([
+  z.strictObject({ period: z.enum(['day', 'week', 'month']), timeZone: z.string(), weekStarts: z.enum(['monday', 'sunday']), monthStartsOn: z.number().int() }),
+  z.strictObject({ windowDays: z.number().int() }),
+])
 
 /** An AgentPolicy as JSON keeps it (the Redis hot state stores it so), checked when read back. */
 export const agentPolicyJson = z.strictObject({
@@ -35,6 +50,8 @@ export const agentPolicyJson = z.strictObject({
   alertAt: z.array(z.number()),
   velocityLimitNano: z.number().int().nullable(),
   velocityWindowMinutes: z.number().int(),
+  // Absent from policies stored before period budgets: none.
+  periodBudgets: z.array(z.strictObject({ spec: periodSpecJson, limitNano: z.number().int() })).default([]),
 }) satisfies z.ZodType<AgentPolicy>
 
 export const DEFAULT_VELOCITY_WINDOW_MINUTES = 5
@@ -51,6 +68,7 @@ export const DEFAULT_POLICY: AgentPolicy = Object.freeze({
   alertAt: DEFAULT_ALERT_AT,
   velocityLimitNano: null,
   velocityWindowMinutes: DEFAULT_VELOCITY_WINDOW_MINUTES,
+  periodBudgets: Object.freeze([]) as readonly PeriodBudget[],
 })
 
 /** A fleet without a config has no budget and no alert levels: it never pauses by itself. */
@@ -88,6 +106,8 @@ export interface Meter {
    * flight; a rate limit (velocity) judges only what was spent.
    */
   countsHolds: boolean
+  /** A period budget's meter: its period (the other kinds' windows end with the current minute). */
+  period?: PeriodSpec
 }
 
 /**
@@ -98,6 +118,8 @@ export interface Meter {
 export interface ResolvedMeter extends Meter {
   /** The first minute whose spend counts. */
   from: number
+  /** A calendar period's end (epoch ms, the next period's start); absent for the other kinds. */
+  endsAt?: number
 }
 
 interface MeterKind {
@@ -124,9 +146,26 @@ export const METER_KINDS = {
   },
 } as const satisfies Record<string, MeterKind>
 
-export type MeterId = keyof typeof METER_KINDS
+/** A period budget's meter: `period_budget:` and the period's name (periods.ts periodName: month, window_30d, …). */
+export type PeriodMeterId = `${typeof PERIOD_BUDGET}:${string}`
 
-export const METER_IDS = Object.keys(METER_KINDS) as readonly MeterId[]
+export type MeterId = keyof typeof METER_KINDS | PeriodMeterId
+
+/** The kinds' meters; period budgets add theirs after them, one per period. */
+export const METER_IDS = Object.keys(METER_KINDS) as ReadonlyArray<keyof typeof METER_KINDS>
+
+/** What the API calls a pause or a hold refused by a period budget (paused_period names the period). */
+export const PERIOD_BUDGET = 'period_budget'
+
+/** The meter of a period budget. */
+export function periodMeterId(spec: PeriodSpec): PeriodMeterId {
+  return `${PERIOD_BUDGET}:${periodName(spec)}`
+}
+
+/** The period a meter id names, or null for a meter of another kind ('month', 'window_30d'). */
+export function periodOfMeter(id: string): string | null {
+  return id.startsWith(`${PERIOD_BUDGET}:`) ? id.slice(PERIOD_BUDGET.length + 1) : null
+}
 
 const NO_LEVELS: readonly number[] = Object.freeze([])
 
@@ -144,6 +183,12 @@ export function metersOf(policy: AgentPolicy): readonly Meter[] {
       const m = METER_KINDS[id].of(policy)
       if (m) list.push({ id, ...m })
     }
+    // A period budget counts holds and ends its pause by itself: a calendar period's when the
+    // next period begins (the new period starts at nothing spent), a rolling window's when
+    // its spend falls back under the limit.
+    for (const { spec, limitNano } of policy.periodBudgets) {
+      list.push({ id: periodMeterId(spec), limitNano, windowMinutes: nominalMinutes(spec), autoResume: true, alertAt: policy.alertAt, countsHolds: true, period: spec })
+    }
     metersByPolicy.set(policy, (meters = Object.freeze(list)))
   }
   return meters
@@ -154,17 +199,49 @@ export function resolveMeters(meters: readonly Meter[], now: number): readonly R
   const minute = minuteOf(now)
   const known = resolvedByMeters.get(meters)
   if (known?.minute === minute) return known.resolved
-  const resolved = Object.freeze(meters.map((m) => ({ ...m, from: minute - m.windowMinutes + 1 })))
+  const resolved = Object.freeze(meters.map((m) => (m.period ? resolvePeriod(m, m.period, now) : { ...m, from: minute - m.windowMinutes + 1 })))
   resolvedByMeters.set(meters, { minute, resolved })
   return resolved
 }
 
-/** Every reason a state may be paused for: a meter's, or by hand (metrics start a series for each). */
-export const PAUSE_REASONS: readonly PauseReason[] = [...METER_IDS, 'manual']
+/** A period meter at `now`: a calendar period from its start, a rolling window of days from its first whole UTC hour. */
+function resolvePeriod(m: Meter, spec: PeriodSpec, now: number): ResolvedMeter {
+  if (!isCalendar(spec)) return { ...m, from: rollingFromHour(spec, now) * 60 }
+  const { startMs, endMs } = currentPeriod(m, spec, now)
+  return { ...m, from: minuteOf(startMs), endsAt: endMs }
+}
+
+// The current period of each calendar spec in use, until it ends: the zone arithmetic takes
+// ~100 µs, and every policy's meters are resolved anew each minute (10,000 agents with the
+// same month would pay a second a minute). Bounded: specs are a config's to choose.
+const periods = new LRUCache<string, { startMs: number; endMs: number }>({ max: 1000 })
+
+function currentPeriod(m: Meter, spec: CalendarPeriod, now: number): { startMs: number; endMs: number } {
+  const key = periodKey(m)
+  let p = periods.get(key)
+  if (!p || now < p.startMs || now >= p.endMs) periods.set(key, (p = calendarBounds(spec, now)))
+  return p
+}
+
+/** A period's length in minutes as a transition reports it (a calendar period's nominal one: 28 to 31 days are "a month"). */
+function nominalMinutes(spec: PeriodSpec): number {
+  if (!isCalendar(spec)) return spec.windowDays * DAY_MINUTES
+  return { day: 1, week: 7, month: 30 }[spec.period] * DAY_MINUTES
+}
+
+/** Every reason the API may give for a pause: a meter kind's, a period budget's, or by hand (metrics start a series for each). */
+export const PAUSE_REASONS = [...METER_IDS, PERIOD_BUDGET, 'manual'] as const
+
+/** A pause reason as the API and the metrics say it: a period budget's without its period. */
+export type ShownPauseReason = (typeof PAUSE_REASONS)[number]
+
+export function shownReason(reason: PauseReason): ShownPauseReason {
+  return periodOfMeter(reason) === null ? (reason as ShownPauseReason) : PERIOD_BUDGET
+}
 
 /** Whether `reason` names a meter (a pause the rules made), rather than a manual pause. */
 export function isMeterId(reason: string): reason is MeterId {
-  return Object.hasOwn(METER_KINDS, reason)
+  return Object.hasOwn(METER_KINDS, reason) || (periodOfMeter(reason) ?? '') !== ''
 }
 
 /** The pause reason a stored row names; one whose rule is unknown holds until resumed by hand. */
@@ -175,10 +252,16 @@ export function pauseReasonOf(stored: string): PauseReason {
 /** Whether any meter's limit or window changed, or a meter came or went: what ends a manual override. */
 export function limitsChanged(before: readonly Meter[], after: readonly Meter[]): boolean {
   if (before.length !== after.length) return true
-  return before.some((m, i) => m.id !== after[i]!.id || m.limitNano !== after[i]!.limitNano || m.windowMinutes !== after[i]!.windowMinutes)
+  return before.some((m, i) => m.id !== after[i]!.id || m.limitNano !== after[i]!.limitNano || m.windowMinutes !== after[i]!.windowMinutes || periodKey(m) !== periodKey(after[i]!))
 }
 
 /** The daily budget's meter of a policy, or undefined when it has none (a fleet without a config). */
 export function budgetMeter(policy: AgentPolicy): Meter | undefined {
   return metersOf(policy).find((m) => m.id === 'budget')
+}
+
+/** A period meter's spec as one string (what its tally was counted for), '' for the other kinds: a tally of another spec is not this one's. */
+export function periodKey(m: Pick<Meter, 'period'>): string {
+  if (!m.period) return ''
+  return isCalendar(m.period) ? `${m.period.period} ${m.period.timeZone} ${m.period.weekStarts} ${m.period.monthStartsOn}` : `window ${m.period.windowDays}`
 }

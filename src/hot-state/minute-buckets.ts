@@ -108,6 +108,20 @@ export class RollingWindow {
     return sum
   }
 
+  /** The cost per UTC hour of the buckets of `fromMinute` and later, oldest first, flat [hour, costNano, …]. */
+  hoursSince(fromMinute: number): number[] {
+    const out: number[] = []
+    for (let n = 0; n < this.#size; n++) {
+      const i = this.#slot(n)
+      const minute = this.#meta[2 * i]!
+      if (minute < fromMinute) continue
+      const hour = Math.floor(minute / 60)
+      if (out.length > 0 && out[out.length - 2] === hour) out[out.length - 1]! += this.#costs[i]!
+      else out.push(hour, this.#costs[i]!)
+    }
+    return out
+  }
+
   /** The cost per UTC hour, oldest first, flat [hour, costNano, …]: read it before the window changes again. */
   get hours(): readonly number[] {
     return this.#hours

@@ -1,5 +1,5 @@
 import type { Nano } from '../money.ts'
-import { limitsChanged, type Meter, type MeterId, type ResolvedMeter } from './meters.ts'
+import { limitsChanged, periodOfMeter, shownReason, type Meter, type MeterId, type ResolvedMeter } from './meters.ts'
 import { NOT_IGNORED, RUNNING, type HoldRefusal, type Ignored, type PausedReason, type PauseState, type TransitionReason } from './types.ts'
 
 /**
@@ -181,15 +181,18 @@ export function stepHold(
   const relaxed = { agent: relax(agent, meters.agent), fleet: relax(fleet, meters.fleet) }
   if (retry) return { ...relaxed, refusal: null }
   if (holdingPause(agent.pause, fleet.pause)) return { ...relaxed, refusal: 'paused' }
-  if (wouldGoOver(agent, meters.agent, costNano)) return { ...relaxed, refusal: 'budget' }
-  if (wouldGoOver(fleet, meters.fleet, costNano)) return { ...relaxed, refusal: 'fleet_budget' }
+  const a = wouldGoOver(agent, meters.agent, costNano)
+  if (a >= 0) return { ...relaxed, refusal: meters.agent[a]!.period ? 'period_budget' : 'budget' }
+  const f = wouldGoOver(fleet, meters.fleet, costNano)
+  if (f >= 0) return { ...relaxed, refusal: meters.fleet[f]!.period ? 'fleet_period_budget' : 'fleet_budget' }
   return { ...relaxed, refusal: null }
 }
 
-function wouldGoOver(s: Judged, meters: readonly ResolvedMeter[], costNano: Nano): boolean {
-  if (s.pause.override) return false
-  for (let i = 0; i < meters.length; i++) if (meters[i]!.countsHolds && over(meters[i]!, s.spent[i]! + costNano, s.held)) return true
-  return false
+/** The first meter that counts holds and would go over its limit with `costNano` more, or -1. */
+function wouldGoOver(s: Judged, meters: readonly ResolvedMeter[], costNano: Nano): number {
+  if (s.pause.override) return -1
+  for (let i = 0; i < meters.length; i++) if (meters[i]!.countsHolds && over(meters[i]!, s.spent[i]! + costNano, s.held)) return i
+  return -1
 }
 
 /** What further holds could take: the least room any meter that counts holds has left, of the agent or its fleet. */
@@ -258,16 +261,22 @@ export function holdingPause<T extends Told>(agent: T, fleet: T): { pause: T; fl
 /** Why the pause that holds (holdingPause) holds, as the API says it; null when none does. */
 export function pausedReasonOf(holding: { pause: Told; fleet: boolean } | null): PausedReason | null {
   if (!holding || holding.pause.reason === null) return null
-  return holding.fleet ? `fleet_${holding.pause.reason}` : holding.pause.reason
+  const reason = shownReason(holding.pause.reason)
+  return holding.fleet ? `fleet_${reason}` : reason
 }
 
-/** Whether an agent is paused (holdingPause), and why as the API says it. */
-export function pausedBy(agent: Told, fleet: Told): { paused: boolean; pausedReason: PausedReason | null } {
+/** The period of the period budget whose pause holds (`month`, `window_30d`); null for any other pause or none. */
+export function pausedPeriodOf(holding: { pause: Told } | null): string | null {
+  return holding?.pause.reason ? periodOfMeter(holding.pause.reason) : null
+}
+
+/** Whether an agent is paused (holdingPause), why as the API says it, and the period of a period budget's pause. */
+export function pausedBy(agent: Told, fleet: Told): { paused: boolean; pausedReason: PausedReason | null; pausedPeriod: string | null } {
   const holding = holdingPause(agent, fleet)
-  return holding ? { paused: true, pausedReason: pausedReasonOf(holding) } : NOT_PAUSED
+  return holding ? { paused: true, pausedReason: pausedReasonOf(holding), pausedPeriod: pausedPeriodOf(holding) } : NOT_PAUSED
 }
 
-const NOT_PAUSED = Object.freeze({ paused: false, pausedReason: null })
+const NOT_PAUSED = Object.freeze({ paused: false, pausedReason: null, pausedPeriod: null })
 
 /** What an answer tells of a pause state. */
 type Told = Pick<PauseState, 'paused' | 'reason'>

@@ -53,3 +53,17 @@ export function exhaustionAt(spend: Spend, thresholdNano: Nano, now: number): nu
   const reached = at(thresholdNano - spend.totalNano + left)
   return reached < horizon ? Math.ceil(reached) : null
 }
+
+/**
+ * When a period budget's spend reaches its limit if spending goes on at the rate of the last
+ * 60 minutes: `now` when it is there already, null when not before the period ends (a
+ * calendar period's end; a rolling window's length from now). What leaves a rolling window
+ * meanwhile is not taken off: the moment may come early, never late.
+ */
+export function periodExhaustionAt(m: { limitNano: Nano; endsAt?: number; period?: { windowDays: number } | object }, spentNano: Nano, lastHourNano: Nano, now: number): number | null {
+  if (spentNano >= m.limitNano) return now
+  if (lastHourNano <= 0) return null
+  const reached = now + ((m.limitNano - spentNano) * HOUR_MS) / lastHourNano
+  const end = m.endsAt ?? now + (m.period && 'windowDays' in m.period ? m.period.windowDays * 24 * HOUR_MS : WINDOW_MS)
+  return reached < end ? Math.ceil(reached) : null
+}

@@ -1,11 +1,12 @@
 import type { Fingerprint } from './dedup.ts'
 import type { AgentRef } from './agent-ref.ts'
-import type { AgentPolicy, MeterId, PauseReason } from './meters.ts'
+import type { AgentPolicy, MeterId, PauseReason, ResolvedMeter, ShownPauseReason } from './meters.ts'
+import type { PeriodHistory } from './period-tallies.ts'
 import type { Nano } from '../money.ts'
 import type { EventRow } from '../storage/rows.ts'
 
-/** Why an agent is paused, as the API says it: its own state's reason, or its fleet's. */
-export type PausedReason = PauseReason | `fleet_${PauseReason}`
+/** Why an agent is paused, as the API says it: its own state's reason, or its fleet's (a period budget's period apart, in `pausedPeriod`). */
+export type PausedReason = ShownPauseReason | `fleet_${ShownPauseReason}`
 
 export interface PauseState {
   paused: boolean
@@ -73,7 +74,7 @@ export interface Transition {
   /** The daily budget in force when it happened, null for none (for the notification; not persisted). */
   thresholdNano: Nano | null
   webhookUrl: string | null
-  /** For a pause by a meter: the meter, what its window held and its limit (the notification's). */
+  /** For a pause by a meter, or its end by itself: the meter, what its window held and its limit (the notification's). */
   meter?: { id: MeterId; spentNano: Nano; limitNano: Nano; windowMinutes: number }
   /** The open budget holds counted with the total, when there were any. */
   heldNano?: Nano
@@ -134,14 +135,16 @@ export interface HoldRequest {
   rate?: RateCharge
 }
 
-/** Why a hold is refused: a pause holds the agent, or the worst case would take the agent or its fleet over budget. */
-export type HoldRefusal = 'paused' | 'budget' | 'fleet_budget'
+/** Why a hold is refused: a pause holds the agent, or the worst case would take the agent or its fleet over a budget (a period budget's, apart). */
+export type HoldRefusal = 'paused' | 'budget' | 'fleet_budget' | 'period_budget' | 'fleet_period_budget'
 
 export interface HoldResult {
   /** null: granted (and held); else why not (nothing held). */
   refusal: HoldRefusal | null
   paused: boolean
   pausedReason: PausedReason | null
+  /** The period of the period budget that paused it (`month`, `window_30d`), else null. */
+  pausedPeriod: string | null
   /** What is left for further holds once this one is counted (policy.ts holdRoom): the agent's, or its fleet's when less. */
   remainingNano: Nano
   /** Its API key's budget after its charge; null when it was not charged. */
@@ -173,6 +176,8 @@ export interface RecordResult {
   /** Whether the agent is paused by its own state or its fleet's (policy.ts pausedBy). */
   paused: boolean
   pausedReason: PausedReason | null
+  /** The period of the period budget that paused it (`month`, `window_30d`), else null. */
+  pausedPeriod: string | null
   /**
    * What this event changed, the agent's then its fleet's: at most an ended override or
    * pause (the window moved on first) and a pause each.
@@ -182,6 +187,8 @@ export interface RecordResult {
   alerts: BudgetAlert[]
   /** The ignoring-pause flag this event raised, once per pause. */
   ignored: IgnoredPause | null
+  /** Each period of the agent's period budgets after the event (none: an empty list). */
+  periods: readonly PeriodSpend[]
   /** Its API key's budget after its charge; null when it was not charged. */
   rate: RateState | null
 }
@@ -218,6 +225,17 @@ export interface AgentSnapshot {
   ignored: Readonly<Ignored>
   /** The open budget holds, counted with the spend of the meters that count them. */
   heldNano: Nano
+  /** Each period of its period budgets, in its policy's order (none: an empty list). */
+  periods: readonly PeriodSpend[]
+}
+
+/** What a period budget's period holds at the moment a snapshot was taken. */
+export interface PeriodSpend {
+  /** Its meter, resolved for that moment: `from` (its first minute) and, for a calendar period, `endsAt`. */
+  meter: ResolvedMeter
+  spentNano: Nano
+  /** When its spend reaches its limit at the last hour's rate, within the period (projection.ts periodExhaustionAt); null: not before it ends. */
+  exhaustionAt: number | null
 }
 
 export interface ListedAgent {
@@ -245,6 +263,8 @@ export interface Restore {
   pause(ref: AgentRef, pause: PauseState): void
   /** The newest ignoring-pause record of the agent. */
   ignored(ref: AgentRef, ignored: Ignored): void
+  /** What the stored events say the state spent before the window fed, for its period budgets. */
+  history(ref: AgentRef, history: PeriodHistory): void
   /** Acts on what the rebuild found (a crossing stored just before a crash); returns the transitions, journaled. */
   finish(): Promise<Transition[]>
 }
@@ -285,7 +305,7 @@ export interface HotState {
    * audit log), and the end of a manual override a changed limit causes (policy.ts
    * changePolicy). `actor`: the key id of the request.
    */
-  setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null>
+  setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string, history?: PeriodHistory): Promise<Transition | null>
   /** POST /config/pause: a manual pause or resume; null when the state already was that. */
   setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null>
   /**

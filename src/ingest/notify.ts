@@ -1,18 +1,27 @@
 import { hash } from 'node:crypto'
-import { isMeterId } from '../hot-state/meters.ts'
+import { isMeterId, periodOfMeter } from '../hot-state/meters.ts'
 import { isFleet } from '../hot-state/agent-ref.ts'
 import { type BudgetAlert, type IgnoredPause, type Transition } from '../hot-state/types.ts'
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
 
-/** Logs each pause by a meter among `transitions` and sends its chat message (the others send none). */
+/**
+ * Logs each pause by a meter among `transitions`, and each end of a period budget's pause by
+ * itself, and sends its chat message (the others send none).
+ */
 export function announceBudgetPauses(transitions: readonly Transition[], log: { info(obj: object, msg: string): void }, notifier: PauseNotifier): void {
   for (const t of transitions) {
-    if (!isMeterId(t.reason)) continue
-    log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano), meter: t.reason }, `${isFleet(t) ? 'fleet' : 'agent'} paused by its ${t.reason === 'budget' ? 'budget' : 'velocity limit'}`)
-    notifier.budgetPaused(t)
+    if (isMeterId(t.reason)) {
+      log.info({ userId: t.userId, agentId: t.agentId, totalUsd: nanoToUsd(t.totalNano), meter: t.reason }, `${isFleet(t) ? 'fleet' : 'agent'} paused by its ${METER_NAMES[t.reason] ?? 'period budget'}`)
+      notifier.budgetPaused(t)
+    } else if (t.reason === 'auto_resume' && t.meter && periodOfMeter(t.meter.id) !== null) {
+      log.info({ userId: t.userId, agentId: t.agentId, meter: t.meter.id }, `${isFleet(t) ? 'fleet' : 'agent'} resumed: its period budget's pause ended`)
+      notifier.budgetPaused(t)
+    }
   }
 }
+
+const METER_NAMES: Partial<Record<string, string>> = { budget: 'budget', velocity: 'velocity limit' }
 
 /** Logs each alert level an event crossed and sends its chat message. */
 export function announceAlerts(alerts: readonly BudgetAlert[], log: { info(obj: object, msg: string): void }, notifier: PauseNotifier): void {
@@ -52,6 +61,9 @@ export class WebhookPauseNotifier implements PauseNotifier {
       ...(t.meter?.id === 'velocity'
         ? { velocity: { spentUsd: nanoToUsd(t.meter.spentNano), limitUsd: nanoToUsd(t.meter.limitNano), windowMinutes: t.meter.windowMinutes } }
         : {}),
+      ...(t.meter && periodOfMeter(t.meter.id) !== null
+        ? { period: { name: periodOfMeter(t.meter.id)!, spentUsd: nanoToUsd(t.meter.spentNano), limitUsd: nanoToUsd(t.meter.limitNano), resumed: !t.paused } }
+        : {}),
       ...(t.heldNano ? { heldUsd: nanoToUsd(t.heldNano) } : {}),
       at: new Date(t.at),
     })
@@ -68,6 +80,7 @@ export class WebhookPauseNotifier implements PauseNotifier {
       totalUsd: nanoToUsd(a.totalNano),
       thresholdUsd: nanoToUsd(a.thresholdNano),
       exhaustionAt: a.exhaustionAt === null ? null : new Date(a.exhaustionAt),
+      ...(periodOfMeter(a.meter) === null ? {} : { period: periodOfMeter(a.meter)! }),
       at: new Date(a.at),
     })
   }

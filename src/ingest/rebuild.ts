@@ -2,16 +2,18 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { MemoryHotState } from '../hot-state/memory.ts'
 import { fingerprint } from '../hot-state/dedup.ts'
 import { pauseReasonOf } from '../hot-state/meters.ts'
-import { agentKey, isFleet, type AgentRef } from '../hot-state/agent-ref.ts'
+import { agentKey, isFleet, refOf, type AgentRef } from '../hot-state/agent-ref.ts'
+import { metersOf, resolveMeters } from '../hot-state/meters.ts'
+import type { PeriodHistory } from '../hot-state/period-tallies.ts'
 import { type AgentPolicy } from '../hot-state/meters.ts'
 import { type Ignored, type AgentLoad, type AgentLoader, type PauseState, type Transition } from '../hot-state/types.ts'
 import { allConfigs, policyOf } from '../storage/configs.ts'
-import { fleetMinutes, scanWindow, seenEvents, windowMinutes } from '../storage/events.ts'
+import { fleetMinutes, scanWindow, seenEvents, spendByQuarter, windowMinutes } from '../storage/events.ts'
 import { ignoredOf, latestIgnored } from '../storage/ignored.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
 import type { JournalEntry } from '../journal/types.ts'
 import { chDateTimeToMs } from '../storage/clickhouse.ts'
-import { minuteOf, windowStartMs } from '../rolling-day.ts'
+import { MINUTE_MS, minuteOf, windowStartMs } from '../rolling-day.ts'
 
 /**
  * Rebuilds the whole hot state from ClickHouse and the rows of the journal not yet shipped
@@ -52,9 +54,35 @@ export async function rebuildHotState(
     // budget_alerts: a record; the alert state follows from the totals (MemoryHotState.beginRestore).
   }
   for (const { ref, value } of policies.values()) restore.policy(ref, value)
+  for (const [key, history] of await periodHistories(clickhouse, policies.values(), minuteOf(since), now)) restore.history(refOf(key), history)
   for (const { ref, value } of pauseStates.values()) restore.pause(ref, value)
   for (const { ref, value } of ignoredFlags.values()) restore.ignored(ref, value)
   return restore.finish()
+}
+
+/**
+ * What the stored events say each state with a period budget spent before minute `cut` in
+ * its periods, by agentKey: two queries (agents, fleets) from the earliest period's start.
+ */
+async function periodHistories(clickhouse: ClickHouseClient, policies: Iterable<{ ref: AgentRef; value: AgentPolicy }>, cut: number, now: number): Promise<Map<string, PeriodHistory>> {
+  const histories = new Map<string, { cut: number; quarters: number[] }>()
+  let from = Infinity
+  for (const { ref, value } of policies) {
+    if (value.periodBudgets.length === 0) continue
+    for (const m of resolveMeters(metersOf(value), now)) if (m.period) from = Math.min(from, m.from)
+    histories.set(agentKey(ref), { cut, quarters: [] })
+  }
+  if (from >= cut) return histories
+  const refs = [...histories.keys()].map(refOf)
+  const agents = refs.filter((r) => !isFleet(r))
+  const fleets = refs.filter(isFleet).map((r) => r.userId)
+  const rows = await Promise.all([
+    agents.length > 0 ? spendByQuarter(clickhouse, from * MINUTE_MS, cut * MINUTE_MS, { refs: agents }) : [],
+    fleets.length > 0 ? spendByQuarter(clickhouse, from * MINUTE_MS, cut * MINUTE_MS, { fleets }) : [],
+  ])
+  // Rows of pairs not asked for (a user of the batch with another user's agent id) are skipped.
+  for (const r of rows.flat()) histories.get(agentKey({ userId: r.user_id, agentId: r.agent_id }))?.quarters.push(r.quarter, r.cost_nano)
+  return histories
 }
 
 /** Per agent, the value of the newest version offered (a config, a pause state). */

@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto'
 import type { FastifyBaseLogger } from 'fastify'
 import type { Clock } from '../clock.ts'
 import { isFleet } from '../hot-state/agent-ref.ts'
-import { type BudgetAlert, type HotState, type PausedReason, type RateCharge, type RateState, type Transition } from '../hot-state/types.ts'
+import { type BudgetAlert, type HotState, type PausedReason, type PeriodSpend, type RateCharge, type RateState, type Transition } from '../hot-state/types.ts'
 import type { PriceTable } from '../pricing/price-table.ts'
 import type { EventBody } from '../schemas/event.ts'
 import { monotonicMicros } from '../storage/version.ts'
@@ -16,6 +16,10 @@ export interface IngestReply {
   paused: boolean
   /** Why, the agent's own reason or its fleet's; null while running. */
   pausedReason: PausedReason | null
+  /** The period of the period budget that paused it, else null. */
+  pausedPeriod: string | null
+  /** Each period of the agent's period budgets. */
+  periods: readonly PeriodSpend[]
   totalNano: number
   thresholdNano: number
   /** When the total reaches the threshold at the last hour's rate, epoch ms, or null (never). */
@@ -80,12 +84,14 @@ export class IngestService {
         this.#d.onIgnoredPause?.()
       }
     }
-    const { costNano, paused, pausedReason, totalNano, thresholdNano, exhaustionAt } = step
+    const { costNano, paused, pausedReason, pausedPeriod, periods, totalNano, thresholdNano, exhaustionAt } = step
     return {
       eventId,
       costNano,
       paused,
       pausedReason,
+      pausedPeriod,
+      periods,
       totalNano,
       thresholdNano,
       exhaustionAt,
@@ -101,5 +107,6 @@ const NONE: readonly number[] = Object.freeze([])
 
 function levelsOf(alerts: readonly BudgetAlert[], fleet: boolean): readonly number[] {
   // Almost every event fires none: no array of its own for it.
-  return alerts.length === 0 ? NONE : alerts.filter((a) => isFleet(a) === fleet).map((a) => a.level)
+  // The daily budget's levels: a period budget's are told by its chat message and audit record.
+  return alerts.length === 0 ? NONE : alerts.filter((a) => isFleet(a) === fleet && a.meter === 'budget').map((a) => a.level)
 }

@@ -16,6 +16,11 @@ export interface PauseNotice {
   thresholdUsd: number
   /** A velocity pause: the spend within the last `windowMinutes`, over `limitUsd`. */
   velocity?: { spentUsd: number; limitUsd: number; windowMinutes: number }
+  /**
+   * A period budget's pause (`resumed` false) or its end by itself (true): the period
+   * (`month`, `window_30d`), what it held and its limit.
+   */
+  period?: { name: string; spentUsd: number; limitUsd: number; resumed: boolean }
   /** The open budget holds counted with the total, when there were any. */
   heldUsd?: number
   at: Date
@@ -34,6 +39,8 @@ export interface AlertNotice {
   thresholdUsd: number
   /** When the total reaches the threshold at the last hour's rate (projection.ts), or null. */
   exhaustionAt: Date | null
+  /** A period budget's level: its period (`month`, `window_30d`); absent: the daily budget's. */
+  period?: string
   at: Date
 }
 
@@ -98,6 +105,8 @@ function utcSeconds(at: Date): string {
 
 export function pauseMessage(notice: PauseNotice): ChatMessage {
   const what = notice.agentId === null ? `every agent of user ${label(notice.userId)}: the fleet's` : `agent ${label(notice.agentId)}: its`
+  const p = notice.period
+  if (p) return periodMessage(notice, p)
   const v = notice.velocity
   if (v) {
     const minutes = v.windowMinutes === 1 ? 'minute' : `${v.windowMinutes} minutes`
@@ -115,16 +124,43 @@ export function pauseMessage(notice: PauseNotice): ChatMessage {
   }
 }
 
+/** "this month" or "the last 30 days" (periods.ts periodName). */
+function periodPhrase(name: string): string {
+  const days = /^window_(\d+)d$/.exec(name)
+  if (days) return days[1] === '1' ? 'the last day' : `the last ${days[1]} days`
+  return `this ${name}`
+}
+
+function periodMessage(notice: PauseNotice, p: NonNullable<PauseNotice['period']>): ChatMessage {
+  const when = utcSeconds(notice.at)
+  const rolling = p.name.startsWith('window_')
+  if (p.resumed) {
+    const who = notice.agentId === null ? `every agent of user ${label(notice.userId)} (the fleet's period budget)` : `agent ${label(notice.agentId)}`
+    const why = rolling
+      ? `its spend of ${periodPhrase(p.name)}, ${formatUsd(p.spentUsd)}, is back within its limit of ${formatUsd(p.limitUsd)}`
+      : `a new ${p.name} began, with its budget of ${formatUsd(p.limitUsd)}`
+    return { text: `burnrate resumed ${who}: ${why} (${when}).` }
+  }
+  const what = notice.agentId === null ? `every agent of user ${label(notice.userId)}: the fleet's` : `agent ${label(notice.agentId)}: its`
+  const until = rolling ? 'until that spend is back within the limit' : `until the next ${p.name} begins`
+  return {
+    text: `burnrate paused ${what} spend of ${periodPhrase(p.name)}, ${formatUsd(p.spentUsd)}, went over its budget of ${formatUsd(p.limitUsd)}: it stays paused ${until} (${when}).`,
+  }
+}
+
 export function alertMessage(notice: AlertNotice): ChatMessage {
   const left = notice.thresholdUsd - notice.totalUsd
+  const budget = notice.period === undefined ? 'daily budget' : `budget for ${periodPhrase(notice.period)}`
+  const within = notice.period === undefined ? 'the last 24 h' : periodPhrase(notice.period)
+  const horizon = notice.period === undefined ? 'within a day' : notice.period.startsWith('window_') ? `within ${periodPhrase(notice.period).slice(9)}` : `this ${notice.period}`
   const runsOut =
     notice.exhaustionAt === null
-      ? 'at its spend rate of the last hour it would not run out within a day'
+      ? `at its spend rate of the last hour it would not run out ${horizon}`
       : `at its spend rate of the last hour it runs out at ${utcSeconds(notice.exhaustionAt)}`
   return {
     text:
-      `burnrate: ${subject(notice)} reached ${Math.round(notice.level * 100)} % of its daily budget: ` +
-      `${formatUsd(notice.totalUsd)} of ${formatUsd(notice.thresholdUsd)} in the last 24 h, ${formatUsd(Math.max(0, left))} left; ` +
+      `burnrate: ${subject(notice)} reached ${Math.round(notice.level * 100)} % of its ${budget}: ` +
+      `${formatUsd(notice.totalUsd)} of ${formatUsd(notice.thresholdUsd)} in ${within}, ${formatUsd(Math.max(0, left))} left; ` +
       `${runsOut} (${utcSeconds(notice.at)}).`,
   }
 }

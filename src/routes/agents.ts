@@ -12,7 +12,7 @@ const AGENTS_LIST = {
       type: 'array',
       items: {
         type: 'object',
-        required: ['agent_id', 'total_cost_usd', 'llm_calls', 'is_paused', 'paused_reason', 'remaining_usd', 'alerts_reached', 'ignoring_pause'],
+        required: ['agent_id', 'total_cost_usd', 'llm_calls', 'is_paused', 'paused_reason', 'paused_period', 'remaining_usd', 'alerts_reached', 'ignoring_pause', 'periods'],
         properties: {
           agent_id: { type: 'string' },
           total_cost_usd: { type: 'number' },
@@ -20,9 +20,26 @@ const AGENTS_LIST = {
           cost_threshold_usd: { type: 'number' },
           is_paused: { type: 'boolean' },
           paused_reason: { type: ['string', 'null'] },
+          paused_period: { type: ['string', 'null'] },
           remaining_usd: { type: 'number' },
           alerts_reached: { type: 'array', items: { type: 'number' } },
           ignoring_pause: { type: 'boolean' },
+          periods: {
+            type: 'array',
+            items: {
+              type: 'object',
+              required: ['period', 'spent_usd', 'limit_usd', 'remaining_usd', 'starts_at', 'ends_at', 'projected_exhaustion_at'],
+              properties: {
+                period: { type: 'string' },
+                spent_usd: { type: 'number' },
+                limit_usd: { type: 'number' },
+                remaining_usd: { type: 'number' },
+                starts_at: { type: 'string' },
+                ends_at: { type: ['string', 'null'] },
+                projected_exhaustion_at: { type: ['string', 'null'] },
+              },
+            },
+          },
         },
       },
     },

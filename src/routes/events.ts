@@ -4,6 +4,7 @@ import { Problem } from '../errors.ts'
 import { RateLimitedError, type RateState } from '../hot-state/types.ts'
 import type { IngestReply, IngestService } from '../ingest/service.ts'
 import { nanoToUsd } from '../money.ts'
+import { formatPeriods } from '../agents/service.ts'
 import { MAX_BATCH_BYTES, MAX_BODY_BYTES, batchBody, eventBody, type EventBody } from '../schemas/event.ts'
 import { parse, principal } from './parse.ts'
 import { rateHeaders, rateLimitedProblem, type RouteLimits } from './limits.ts'
@@ -68,9 +69,11 @@ function eventAnswer(reply: IngestReply) {
     cost_usd: nanoToUsd(reply.costNano),
     paused: reply.paused,
     paused_reason: reply.pausedReason,
+    paused_period: reply.pausedPeriod,
     total_cost_24h: nanoToUsd(reply.totalNano),
     remaining_usd: nanoToUsd(reply.thresholdNano - reply.totalNano),
     projected_exhaustion_at: isoOrNull(reply.exhaustionAt),
+    periods: formatPeriods(reply.periods),
     alerts: reply.alerts,
     fleet_alerts: reply.fleetAlerts,
     ...(reply.duplicate ? { duplicate: true } : {}),

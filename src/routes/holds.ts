@@ -27,6 +27,7 @@ export const holdsRoutes =
         expires_at: isoOrNull(r.expiresAt),
         paused: r.paused,
         paused_reason: r.pausedReason,
+        paused_period: r.pausedPeriod,
       }
     })
 

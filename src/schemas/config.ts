@@ -1,7 +1,50 @@
 import { z } from 'zod'
 import { agentId } from './event.ts'
+import { isTimeZone, periodName, type PeriodSpec } from '../periods.ts'
 
 const webhookUrl = z.string().max(2048, 'must be at most 2048 characters').nullable()
+
+const limitUsd = z.number().gt(0, 'must be > 0').max(1_000_000_000, 'must be <= 1000000000')
+
+/** A calendar period in a time zone: a day, a week or a month, from local midnight. */
+const calendarBudget = z
+  .strictObject({
+    period: z.enum(['day', 'week', 'month'], { error: 'must be "day", "week" or "month"' }),
+    limit_usd: limitUsd,
+    time_zone: z.string().refine(isTimeZone, 'must be an IANA time zone name, such as "Europe/Paris" or "UTC"').default('UTC'),
+    week_starts: z.enum(['monday', 'sunday'], { error: 'must be "monday" or "sunday"' }).default('monday'),
+    month_starts_on: z.number().int('must be an integer').min(1, 'must be 1 to 28').max(28, 'must be 1 to 28').default(1),
+  })
+  .transform(({ period, limit_usd, time_zone, week_starts, month_starts_on }) => ({
+    spec: { period, timeZone: time_zone, weekStarts: week_starts, monthStartsOn: month_starts_on } satisfies PeriodSpec,
+    limitUsd: limit_usd,
+  }))
+
+/** A rolling window of whole days, sliding an hour at a time. */
+const rollingBudget = z
+  .strictObject({
+    window_days: z.number().int('must be an integer').min(1, 'must be 1 to 31').max(31, 'must be 1 to 31'),
+    limit_usd: limitUsd,
+  })
+  .transform(({ window_days, limit_usd }) => ({ spec: { windowDays: window_days } satisfies PeriodSpec, limitUsd: limit_usd }))
+
+/**
+ * One entry: a calendar period (it names `period`) or a rolling window (it names
+ * `window_days`); an entry that is neither is told what the nearer one lacks (routes/parse.ts).
+ */
+const periodBudget = z.union([calendarBudget, rollingBudget])
+
+/** At most four period budgets, one per period; null or [] removes them all. */
+const periodBudgets = z
+  .array(periodBudget, { error: 'must be an array of period budgets, or null' })
+  .max(4, 'must hold at most 4 period budgets')
+  .superRefine((budgets, ctx) => {
+    const names = budgets.map((b) => periodName(b.spec))
+    names.forEach((name, i) => {
+      if (names.indexOf(name) !== i) ctx.addIssue({ code: 'custom', path: [i], message: `repeats the period ${JSON.stringify(name)}: one budget per period` })
+    })
+  })
+  .nullable()
 
 /** A budget's fields, of an agent (POST /config) or of a fleet (POST /config/fleet). */
 const policyFields = {
@@ -19,6 +62,8 @@ const policyFields = {
   // A pause when more than this is spent within the last velocity_window_minutes; null: none.
   velocity_limit_usd: z.number().gt(0, 'must be > 0').max(1_000_000, 'must be <= 1000000').nullable().optional(),
   velocity_window_minutes: z.number().int('must be an integer').min(1, 'must be 1 to 60').max(60, 'must be 1 to 60').optional(),
+  // Budgets over calendar periods and rolling windows of days, beside the rolling 24 h one.
+  period_budgets: periodBudgets.optional(),
 }
 
 type Aliased = { slack_webhook_url?: string | null; chat_webhook_url?: string | null }

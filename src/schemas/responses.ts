@@ -12,6 +12,25 @@ import { EVENT_TYPES } from './event.ts'
 const usd = z.number()
 const iso = z.iso.datetime({ offset: true })
 const pausedReason = z.enum([...PAUSE_REASONS, ...PAUSE_REASONS.map((r) => `fleet_${r}` as const)]).nullable()
+const pausedPeriod = z.string().nullable().describe('for a pause by a period budget (period_budget, fleet_period_budget): its period, e.g. "month", "window_30d"; else null')
+
+/** A period of a period budget, as GET /agents/{id}, GET /fleet and the GET /agents rows show it. */
+const period = z.strictObject({
+  period: z.string().describe('"day", "week", "month" or "window_<n>d"'),
+  spent_usd: usd,
+  limit_usd: usd,
+  remaining_usd: usd,
+  starts_at: iso.describe("the period's first instant (a rolling window's first whole UTC hour)"),
+  ends_at: iso.nullable().describe("a calendar period's end, the next one's start; null for a rolling window"),
+  projected_exhaustion_at: iso.nullable().describe('when the limit is reached at the last hour’s rate, within the period; null: not before it ends'),
+})
+const periods = z.array(period)
+
+/** A period budget, as a config shows it and POST /config takes it. */
+const periodBudget = z.union([
+  z.strictObject({ period: z.enum(['day', 'week', 'month']), limit_usd: usd, time_zone: z.string(), week_starts: z.enum(['monday', 'sunday']), month_starts_on: z.number().int() }),
+  z.strictObject({ period: z.string(), window_days: z.number().int(), limit_usd: usd }),
+])
 
 export const okReply = z.strictObject({ ok: z.literal(true) })
 
@@ -28,9 +47,11 @@ export const eventReply = z.strictObject({
   cost_usd: usd,
   paused: z.boolean(),
   paused_reason: pausedReason,
+  paused_period: pausedPeriod,
   total_cost_24h: usd,
   remaining_usd: usd.describe('the threshold minus the rolling total (negative when over it)'),
   projected_exhaustion_at: iso.nullable(),
+  periods: periods.describe("each period of the agent's period budgets, after this event"),
   alerts: z.array(z.number()).describe("the agent's alert levels this event crossed"),
   fleet_alerts: z.array(z.number()).describe("its fleet's alert levels this event crossed"),
   duplicate: z.literal(true).optional().describe('a repeat of an event id already counted: nothing changed'),
@@ -64,6 +85,7 @@ export const holdReply = z.strictObject({
   expires_at: iso.nullable(),
   paused: z.boolean(),
   paused_reason: pausedReason,
+  paused_period: pausedPeriod,
 })
 
 export const releaseReply = z.strictObject({ ok: z.literal(true), hold_id: z.uuid(), agent_id: z.string(), released_usd: usd })
@@ -79,6 +101,7 @@ const shownConfig = z.strictObject({
   alert_at: z.array(z.number()),
   velocity_limit_usd: usd.nullable(),
   velocity_window_minutes: z.number().int(),
+  period_budgets: z.array(periodBudget),
 })
 
 export const agentsReply = z.strictObject({
@@ -90,8 +113,10 @@ export const agentsReply = z.strictObject({
       cost_threshold_usd: usd.optional().describe('present when the agent has a config'),
       is_paused: z.boolean(),
       paused_reason: pausedReason,
+      paused_period: pausedPeriod,
       remaining_usd: usd,
       alerts_reached: z.array(z.number()),
+      periods,
       ignoring_pause: z.boolean(),
     }),
   ),
@@ -130,6 +155,7 @@ export const agentReply = z.strictObject({
   llm_calls: z.number().int(),
   is_paused: z.boolean(),
   paused_reason: pausedReason,
+  paused_period: pausedPeriod,
   paused_at: iso.nullable(),
   ignoring_pause: z.boolean(),
   ignored_calls: z.number().int(),
@@ -138,6 +164,7 @@ export const agentReply = z.strictObject({
   held_usd: usd,
   projected_exhaustion_at: iso.nullable(),
   alerts_reached: z.array(z.number()),
+  periods,
   config: shownConfig.nullable(),
   cost_by_model: z.array(z.strictObject({ model: z.string(), cost_usd: usd, llm_calls: z.number().int(), input_tokens: z.number().int(), output_tokens: z.number().int() })),
   events: z.array(storedEvent),
@@ -159,9 +186,11 @@ export const fleetReply = z.strictObject({
   projected_exhaustion_at: iso.nullable(),
   is_paused: z.boolean(),
   paused_reason: pausedReason,
+  paused_period: pausedPeriod,
   paused_at: iso.nullable(),
   override: z.boolean(),
   alerts_reached: z.array(z.number()),
+  periods,
   config: shownConfig.nullable(),
 })
 

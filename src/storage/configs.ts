@@ -1,7 +1,8 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
 import type { AgentRef } from '../hot-state/agent-ref.ts'
-import type { AgentPolicy } from '../hot-state/meters.ts'
+import { agentPolicyJson, type AgentPolicy, type PeriodBudget } from '../hot-state/meters.ts'
+import { isCalendar, periodName } from '../periods.ts'
 import { nanoToUsd, type Nano } from '../money.ts'
 import { maskWebhookUrl } from '../notify/webhook.ts'
 import { toChDateTime } from './clickhouse.ts'
@@ -19,6 +20,7 @@ const latestRow = z.object({
   alert_at: z.array(z.coerce.number()),
   velocity_limit_nano: int,
   velocity_window_minutes: int,
+  period_budgets: z.string(),
   last_updated_at: z.string(),
   last_version: z.coerce.number().int(),
 }).transform(({ last_updated_at, last_version, ...r }) => ({ ...r, updated_at: last_updated_at, version: last_version }))
@@ -34,6 +36,8 @@ export interface ConfigRow {
   /** 0: no velocity limit (sql/0014; storedVelocityLimit). */
   velocity_limit_nano: Nano
   velocity_window_minutes: number
+  /** JSON of the policy's periodBudgets (sql/0017); '[]': none. */
+  period_budgets: string
   updated_at: string
   version: number
 }
@@ -65,6 +69,7 @@ export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number, act
     alert_at: policy.alertAt,
     velocity_limit_nano: storedVelocityLimit(policy.velocityLimitNano),
     velocity_window_minutes: policy.velocityWindowMinutes,
+    period_budgets: JSON.stringify(policy.periodBudgets),
     updated_at: toChDateTime(nowMs),
     version: nextVersion(nowMs),
     actor,
@@ -82,7 +87,15 @@ export function formatConfig(p: AgentPolicy) {
     alert_at: p.alertAt,
     velocity_limit_usd: p.velocityLimitNano === null ? null : nanoToUsd(p.velocityLimitNano),
     velocity_window_minutes: p.velocityWindowMinutes,
+    period_budgets: p.periodBudgets.map(formatPeriodBudget),
   }
+}
+
+/** A period budget as POST /config takes it and the API shows it. */
+export function formatPeriodBudget({ spec, limitNano }: PeriodBudget) {
+  const limit_usd = nanoToUsd(limitNano)
+  if (!isCalendar(spec)) return { period: periodName(spec), window_days: spec.windowDays, limit_usd }
+  return { period: spec.period, limit_usd, time_zone: spec.timeZone, week_starts: spec.weekStarts, month_starts_on: spec.monthStartsOn }
 }
 
 /** formatConfig as the JSON text the audit log keeps. */
@@ -99,6 +112,7 @@ const LATEST = `SELECT user_id, agent_id,
     argMax(alert_at, version) AS alert_at,
     argMax(velocity_limit_nano, version) AS velocity_limit_nano,
     argMax(velocity_window_minutes, version) AS velocity_window_minutes,
+    argMax(period_budgets, version) AS period_budgets,
     toString(argMax(updated_at, version)) AS last_updated_at,
     max(version) AS last_version
   FROM agent_configs`
@@ -117,5 +131,8 @@ export function policyOf(c: ConfigRow): AgentPolicy {
     alertAt: c.alert_at,
     velocityLimitNano: c.velocity_limit_nano > 0 ? c.velocity_limit_nano : null,
     velocityWindowMinutes: c.velocity_window_minutes,
+    periodBudgets: storedPeriodBudgets.parse(JSON.parse(c.period_budgets)),
   }
 }
+
+const storedPeriodBudgets = agentPolicyJson.shape.periodBudgets

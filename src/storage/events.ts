@@ -168,18 +168,41 @@ export function fleetMinutes(client: ClickHouseClient, sinceMs: number, userIds:
 }
 
 function minuteSums(client: ClickHouseClient, sinceMs: number, filter: string, params: object, perAgent: boolean): Promise<MinuteRow[]> {
+  return bucketSums(client, { sinceMs, untilMs: null, minutes: 1, filter, params, perAgent }, minuteRow)
+}
+
+const quarterRow = z.object({ user_id: z.string(), agent_id: z.string(), minute: int, cost_nano: int }).transform(({ minute, ...r }) => ({ ...r, quarter: minute / 15 }))
+export type QuarterRow = z.output<typeof quarterRow>
+
+/**
+ * What a batch of agents (`refs`), or the fleets of a batch of users (`fleets`: rows of the
+ * agent ''), spent per quarter of an hour (floor(minute / 15)) in [fromMs, untilMs), each
+ * event once: the history their period budgets start from (hot-state/period-tallies.ts).
+ */
+export function spendByQuarter(client: ClickHouseClient, fromMs: number, untilMs: number, of: { refs: readonly AgentRef[] } | { fleets: readonly string[] }): Promise<QuarterRow[]> {
+  const where = 'refs' in of ? { filter: agentsFilter(of.refs), params: agentsParams(of.refs), perAgent: true } : { filter: 'AND user_id IN {users:Array(String)}', params: { users: [...of.fleets] }, perAgent: false }
+  return bucketSums(client, { sinceMs: fromMs, untilMs, minutes: 15, ...where }, quarterRow)
+}
+
+/** Spend per bucket of `minutes` (its first minute), per agent or per user, each event once (its first cost and minute). */
+function bucketSums<S extends z.ZodType>(
+  client: ClickHouseClient,
+  o: { sinceMs: number; untilMs: number | null; minutes: number; filter: string; params: object; perAgent: boolean },
+  row: S,
+): Promise<Array<z.output<S>>> {
+  const bucket = o.minutes === 1 ? 'first_minute' : `intDiv(first_minute, ${o.minutes}) * ${o.minutes}`
   return select(
     client,
-    `SELECT user_id, ${perAgent ? 'agent_id' : "'' AS agent_id"}, minute, sum(cost) AS cost_nano, countIf(llm) AS llm_calls
+    `SELECT user_id, ${o.perAgent ? 'agent_id' : "'' AS agent_id"}, ${bucket} AS minute, sum(cost) AS cost_nano, countIf(llm) AS llm_calls
      FROM (
-       SELECT user_id, agent_id, min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS minute,
+       SELECT user_id, agent_id, min(intDiv(toUnixTimestamp64Milli(timestamp), 60000)) AS first_minute,
               argMin(cost_nano, timestamp) AS cost, argMin(event_type = 'llm_call', timestamp) AS llm
-       FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${filter}
+       FROM events WHERE timestamp >= fromUnixTimestamp64Milli({since:Int64}) ${o.untilMs === null ? '' : 'AND timestamp < fromUnixTimestamp64Milli({until:Int64})'} ${o.filter}
        GROUP BY user_id, agent_id, event_id
      )
-     GROUP BY user_id, ${perAgent ? 'agent_id, ' : ''}minute ORDER BY minute`,
-    { since: sinceMs, ...params },
-    minuteRow,
+     GROUP BY user_id, ${o.perAgent ? 'agent_id, ' : ''}minute ORDER BY minute`,
+    { since: o.sinceMs, ...(o.untilMs === null ? {} : { until: o.untilMs }), ...o.params },
+    row,
   )
 }
 

@@ -337,7 +337,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     const later = T0 + 1440 * MINUTE_MS
     await hs.record(ev(1, later), later) // the total fell back under: the override ends on its own
     const rows = (await journaled()).filter((r) => r.table !== 'events' && r.table !== 'budget_alerts')
-    const shown = (usd: number, webhook: string | null) => ({ cost_threshold_usd: usd, slack_webhook_url: webhook, auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5 })
+    const shown = (usd: number, webhook: string | null) => ({ cost_threshold_usd: usd, slack_webhook_url: webhook, auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [] })
     const configs = rows
       .filter((r) => r.table === 'agent_configs')
       .map((r) => ({ actor: r.row.actor, shown: JSON.parse(r.row.shown as string), replaced: r.row.replaced }))
@@ -539,7 +539,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       await hs.setPolicy(ref, policy(10, { alertAt: [] }), T0, 'key-1')
       await hs.record(ev(4 * USD), T0)
       await journaled()
-      expect(await hs.hold(ref, hold(3 * USD), T0)).toEqual({ refusal: null, paused: false, pausedReason: null, remainingNano: 3 * USD, rate: null })
+      expect(await hs.hold(ref, hold(3 * USD), T0)).toEqual({ refusal: null, paused: false, pausedReason: null, pausedPeriod: null, remainingNano: 3 * USD, rate: null })
       // Exactly at the budget is within it; a nano more is over.
       expect(await hs.hold(ref, hold(3 * USD + 1), T0)).toMatchObject({ refusal: 'budget', remainingNano: 3 * USD })
       expect(await hs.hold(ref, hold(3 * USD), T0)).toMatchObject({ refusal: null, remainingNano: 0 })
