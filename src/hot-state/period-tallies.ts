@@ -148,7 +148,7 @@ export class PeriodTallies {
 }
 
 /** The stored spend (before the history's cut) from minute `from` on. */
-function storedSince(history: PeriodHistory, from: number): Nano {
+export function storedSince(history: PeriodHistory, from: number): Nano {
   let sum = 0
   const q = history.quarters
   for (let i = 0; i < q.length; i += 2) if (q[i]! * 15 >= from && q[i]! * 15 < history.cut) sum += q[i + 1]!

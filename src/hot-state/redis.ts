@@ -1,5 +1,5 @@
 import { LRUCache } from 'lru-cache'
-import { Problem, StoreUnavailableError } from '../errors.ts'
+import { StoreUnavailableError } from '../errors.ts'
 import type { RedisJournal } from '../journal/redis-streams.ts'
 import { JournalFullError } from '../journal/types.ts'
 import { toChDateTime } from '../storage/clickhouse.ts'
@@ -9,9 +9,11 @@ import { NO_REPLICA_WAIT, durably, whileSlotMoves, type RedisClient, type Replic
 import { agentKeyId, eventFingerprint, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../rolling-day.ts'
 import { holdOfAnotherAgent } from './holds.ts'
+import { NO_HISTORY, storedSince, type PeriodHistory } from './period-tallies.ts'
+import { periodExhaustionAt } from './projection.ts'
 import { budgetMeter, metersOf, pauseReasonOf, resolveMeters, type ResolvedMeter } from './meters.ts'
 import { holdRoom, levelsReached, pausedBy, type Judged } from './policy.ts'
-import { isControl, isControlReply, isMissingLibrary, loadLibrary, parseReply, queueScript, type Control, type LuaMeter, type ScriptName, type ScriptResult, type RateReply, type RecordedReply, type StateArgs, type TransitionReply } from './scripts.ts'
+import { isControl, isControlReply, isMissingLibrary, loadLibrary, parseReply, queueScript, tallyCode, type Control, type LuaMeter, type ScriptName, type ScriptResult, type RateReply, type RecordedReply, type StateArgs, type TransitionReply } from './scripts.ts'
 import { agentKey, fleetOf, isFleet, type AgentRef } from './agent-ref.ts'
 import { agentBudget, agentPolicyJson, defaultPolicy, type AgentPolicy } from './meters.ts'
 import { DEFAULT_IGNORE_GRACE_MS, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentLoad, type AgentLoader, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type ListedAgent, type PauseState, type PeriodSpend, type RateCharge, type RateState, type RecordEvent, type RecordResult, type ReleasedHold, type Transition } from './types.ts'
@@ -232,7 +234,7 @@ export class RedisHotState implements HotState {
       thresholdNano: agentBudget(agent.known.policy),
       exhaustionAt: exhausted,
       ...pausedBy(told(answer.reason), told(answer.fleet_reason)),
-      periods: NO_PERIODS,
+      periods: periodsOf(agent.meters, answer.periods, answer.last_hour, now),
       transitions: (answer.transitions ?? []).map((t) => transitionOf(of(t.scope), t, now)),
       alerts: (answer.alerts ?? []).map((a): BudgetAlert => {
         const s = of(a.scope)
@@ -246,7 +248,7 @@ export class RedisHotState implements HotState {
           level: m.alertAt[a.level]!,
           totalNano: a.spent,
           thresholdNano: m.limitNano,
-          exhaustionAt: s === fleet ? fleetExhausted : exhausted,
+          exhaustionAt: m.period ? periodExhaustionAt(m, a.spent, answer.last_hour ?? 0, now) : s === fleet ? fleetExhausted : exhausted,
           webhookUrl: s.known.policy.webhookUrl,
         }
       }),
@@ -279,7 +281,7 @@ export class RedisHotState implements HotState {
     const r = result.states[0]!
     const [s] = states
     return {
-      snapshot: snapshotOf(r, s.known),
+      snapshot: snapshotOf(r, s, now),
       transition: r.transition ? transitionOf(s, r.transition, now) : null,
       exhaustionAt: r.exhausts ?? null,
     }
@@ -318,21 +320,29 @@ export class RedisHotState implements HotState {
         args: { ...this.#head(now), ...this.#statesArgs(call) },
       }))
       result.states.forEach((r, k) => {
-        if (r.active) listed.push({ agentId: ids[k]!, snapshot: snapshotOf(r, states[k]!.known) })
+        if (r.active) listed.push({ agentId: ids[k]!, snapshot: snapshotOf(r, states[k]!, now) })
       })
     }
     return listed
   }
 
-  async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string): Promise<Transition | null> {
-    if (policy.periodBudgets.length > 0) throw periodsNotKept()
+  async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string, history?: PeriodHistory): Promise<Transition | null> {
     // The script appends the config it replaces (it alone knows it at that moment): "replaced" is left out here.
     const row = configRow(ref, policy, now, actor)
     const next = { ...policy }
     const meters = resolveMeters(metersOf(next), now)
     const { result, states } = await this.#run('setPolicy', [ref] as const, now, DURABLE, (call) => ({
       keys: this.#partitionKeys(ref.userId),
-      args: { ...this.#head(now), ...this.#statesArgs(call), policy: JSON.stringify(next), new_meters: luaMeters(meters), version: row.version, shown: row.shown, actor },
+      args: {
+        ...this.#head(now),
+        ...this.#statesArgs(call),
+        policy: JSON.stringify(next),
+        new_meters: luaMeters(meters),
+        version: row.version,
+        shown: row.shown,
+        actor,
+        ...(history ? { history: { cut: history.cut, quarters: Array.from(history.quarters) } } : {}),
+      },
       rest: [JSON.stringify(row)],
     }))
     const known = { pv: result.pv, policy: next }
@@ -572,8 +582,10 @@ export class RedisHotState implements HotState {
       // The levels the loaded spend is at count as fired: they were, with the events that
       // crossed them, or their level came with a config since.
       // Per meter of the policy, in order (lua/state.lua keeps them so).
-      const alerted = resolveMeters(metersOf(policy), now).map((m) =>
-        m.alertAt.length === 0 ? 0 : levelsReached(m, minutes.reduce((sum, b) => (b.minute >= m.from ? sum + b.costNano : sum), 0)),
+      const meters = resolveMeters(metersOf(policy), now)
+      const periods = loadedPeriods(meters, minutes, load.history ?? NO_HISTORY)
+      const alerted = meters.map((m) =>
+        m.alertAt.length === 0 ? 0 : levelsReached(m, m.period ? periods.spent.get(m)! : minutes.reduce((sum, b) => (b.minute >= m.from ? sum + b.costNano : sum), 0)),
       )
       const pause = load.pause ?? RUNNING
       // Fingerprints as ARGV: a busy agent's seen ids can be many.
@@ -589,6 +601,8 @@ export class RedisHotState implements HotState {
         pause: { paused: pause.paused, reason: pause.reason ?? '', override: pause.override, since: pause.since },
         ignored: load.ignored ?? undefined,
         alerted,
+        ...(periods.spent.size > 0 ? { periods: meters.filter((m) => m.period).map((m) => [tallyCode(m), m.from, periods.spent.get(m)!]) } : {}),
+        ...(periods.hours.length > 0 ? { hours: periods.hours } : {}),
       }
     })
     const reply = await this.#once1('load', { ids: this.#partitionKeys(refs[0]!.userId).ids }, { now, ttl: AGENT_TTL_MS, states }, fingerprints)
@@ -648,17 +662,39 @@ interface StateNames {
 
 const NO_PERIODS: readonly PeriodSpend[] = Object.freeze([])
 
-/** Period budgets are counted by the in-process hot state only, so far: with Redis, a config that sets one is refused, and nothing changes. */
-function periodsNotKept(): Problem {
-  const message = 'not available with REDIS_URL yet (the embedded hot state counts them)'
-  return new Problem('invalid_body', `period_budgets: ${message}`, { errors: [{ field: 'period_budgets', message }] })
+/**
+ * A loaded state's periods (lua/load.lua): what each holds, from the stored spend before the
+ * history's cut and the loaded minutes (all from the cut on), and its rolling windows' cost per
+ * UTC hour but the newest minute's (the script's newest bucket, added to :d when it is written).
+ */
+function loadedPeriods(meters: readonly ResolvedMeter[], minutes: ReadonlyArray<{ minute: number; costNano: number }>, history: PeriodHistory): { spent: Map<ResolvedMeter, number>; hours: number[] } {
+  const spent = new Map<ResolvedMeter, number>()
+  let oldest = Infinity
+  for (const m of meters) {
+    if (!m.period) continue
+    spent.set(m, storedSince(history, m.from) + minutes.reduce((sum, b) => (b.minute >= Math.max(m.from, history.cut) ? sum + b.costNano : sum), 0))
+    if ('windowDays' in m.period) oldest = Math.min(oldest, m.from)
+  }
+  if (oldest === Infinity) return { spent, hours: [] }
+  const byHour = new Map<number, number>()
+  const q = history.quarters
+  for (let i = 0; i < q.length; i += 2) if (q[i]! * 15 >= oldest && q[i]! * 15 < history.cut) byHour.set(Math.floor(q[i]! / 4), (byHour.get(Math.floor(q[i]! / 4)) ?? 0) + q[i + 1]!)
+  for (const b of minutes.slice(0, -1)) if (b.minute >= oldest) byHour.set(Math.floor(b.minute / 60), (byHour.get(Math.floor(b.minute / 60)) ?? 0) + b.costNano)
+  return { spent, hours: [...byHour].flat() }
+}
+
+/** What a script answered of a state's periods (lua/state.lua period_answer()), with each one's meter and projection. */
+function periodsOf(meters: readonly ResolvedMeter[], spent: readonly number[] | undefined, lastHour: number | undefined, now: number): readonly PeriodSpend[] {
+  if (!spent) return NO_PERIODS
+  return meters.filter((m) => m.period).map((meter, i) => ({ meter, spentNano: spent[i]!, exhaustionAt: periodExhaustionAt(meter, spent[i]!, lastHour ?? 0, now) }))
 }
 
 /** States a listing reads in one call (lua/read.lua). */
 const LIST_CHUNK = 500
 
 /** A state as a read (lua/read.lua) answers it, with its policy as known here. */
-function snapshotOf(r: ScriptResult<'read'>['states'][number], known: { pv: number; policy: AgentPolicy }): AgentSnapshot {
+function snapshotOf(r: ScriptResult<'read'>['states'][number], s: Pick<CallState, 'known' | 'meters'>, now: number): AgentSnapshot {
+  const { known } = s
   return {
     active: r.active,
     lastEventMinute: r.active ? r.last_minute : null,
@@ -668,7 +704,7 @@ function snapshotOf(r: ScriptResult<'read'>['states'][number], known: { pv: numb
     policy: known.policy,
     configured: known.pv > 0,
     ignored: { since: r.ignored.since, calls: r.ignored.calls, nano: r.ignored.nano, flagged: r.ignored.flagged },
-    periods: NO_PERIODS,
+    periods: periodsOf(s.meters, r.periods, r.last_hour, now),
     heldNano: r.held,
   }
 }
@@ -693,7 +729,16 @@ const luaForms = new WeakMap<readonly ResolvedMeter[], LuaMeter[]>()
 function luaMeters(meters: readonly ResolvedMeter[]): LuaMeter[] {
   let lua = luaForms.get(meters)
   if (!lua) {
-    lua = meters.map((m) => ({ id: m.id, limit: m.limitNano, from: m.from, minutes: m.windowMinutes, alert_at: m.alertAt, ...(m.autoResume ? { auto_resume: true } : {}), ...(m.countsHolds ? { holds: true } : {}) }))
+    lua = meters.map((m) => ({
+      id: m.id,
+      limit: m.limitNano,
+      from: m.from,
+      minutes: m.windowMinutes,
+      alert_at: m.alertAt,
+      ...(m.autoResume ? { auto_resume: true } : {}),
+      ...(m.countsHolds ? { holds: true } : {}),
+      ...(m.period ? { tally: tallyCode(m), ...('windowDays' in m.period ? { rolling: true } : {}) } : {}),
+    }))
     luaForms.set(meters, lua)
   }
   return lua

@@ -4,7 +4,7 @@ import { Cluster, type ChainableCommander } from 'ioredis'
 import { z } from 'zod'
 import type { RedisClient } from '../storage/redis.ts'
 import { STREAM_LUA } from '../journal/stream-lua.ts'
-import { METER_IDS } from './meters.ts'
+import { METER_IDS, periodKey, periodOfMeter, type PeriodMeterId, type ResolvedMeter } from './meters.ts'
 
 /**
  * The Redis hot state's Lua scripts, each described once: its file, the names of its keys
@@ -54,7 +54,7 @@ const controlSchema = z.strictObject({
 
 const transition = z.strictObject({
   scope: z.string(),
-  reason: z.enum([...METER_IDS, 'manual', 'auto_resume', 'override_cleared', 'threshold_changed']),
+  reason: z.union([z.enum([...METER_IDS, 'manual', 'auto_resume', 'override_cleared', 'threshold_changed']), z.custom<PeriodMeterId>((v) => typeof v === 'string' && periodOfMeter(v) !== null)]),
   paused: z.boolean(),
   override: z.boolean(),
   total: int,
@@ -86,6 +86,8 @@ const recorded = z.union([
     ignored: z.strictObject({ since: int, calls: int, nano: int, version: int }).optional(),
     fleet_exhausts: int.optional(),
     rate: rate.optional(),
+    periods: list(int).optional(),
+    last_hour: int.optional(),
   }),
   limited,
   z.strictObject({ error: z.literal('HOLD_OF_ANOTHER_AGENT') }),
@@ -121,6 +123,21 @@ export interface LuaMeter {
   alert_at: readonly number[]
   auto_resume?: true
   holds?: true
+  /** A period budget's: the key of its tally (tallyCode), and whether it is a rolling window of days. */
+  tally?: number
+  rolling?: true
+}
+
+/**
+ * The key of a period's tally in a state (lua/state.lua period_spent()): a negative number
+ * (window tallies are keyed by their positive length in minutes) that names the period's
+ * spec, so a tally counted for one month in one zone is never read as another's. The same on
+ * every instance: a 31-bit FNV-1a of meters.ts periodKey.
+ */
+export function tallyCode(m: Pick<ResolvedMeter, 'period'>): number {
+  let h = 0x811c9dc5
+  for (const c of periodKey(m)) h = Math.imul(h ^ c.charCodeAt(0), 0x01000193) >>> 0
+  return -((h & 0x7fffffff) + 1)
 }
 
 /** A state as a read answers it (lua/read.lua). */
@@ -134,6 +151,8 @@ const stateRead = z.strictObject({
   ignored: z.strictObject({ since: int, calls: int, nano: int, flagged: z.boolean() }),
   transition: transition.optional(),
   exhausts: int.optional(),
+  periods: list(int).optional(),
+  last_hour: int.optional(),
 })
 
 export const SCRIPTS = {
@@ -163,7 +182,7 @@ export const SCRIPTS = {
     result: z.union([
       limited,
       z.strictObject({
-        refusal: z.enum(['paused', 'budget', 'fleet_budget']).optional(),
+        refusal: z.enum(['paused', 'budget', 'fleet_budget', 'period_budget', 'fleet_period_budget']).optional(),
         agent: z.strictObject({ pause, spent: list(int), held: int }),
         fleet: z.strictObject({ pause, spent: list(int), held: int }),
         transitions: list(transition),

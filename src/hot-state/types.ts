@@ -337,6 +337,8 @@ export interface AgentLoad {
   pause: PauseState | null
   /** The newest ignoring-pause record; null when there is none. */
   ignored: Ignored | null
+  /** For a state with period budgets: what the stored events say it spent before `minutes` begin; absent: nothing. */
+  history?: PeriodHistory
 }
 
 export type AgentLoader = (ref: AgentRef, now: number) => Promise<AgentLoad>

@@ -190,6 +190,11 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
     const l = of(i)
     if (l) l.ignored = i.ignored
   }
+  // The states with period budgets, one more read: what they spent before the window.
+  const withPeriods = [...loads].flatMap(([key, l]) => (l.policy && l.policy.periodBudgets.length > 0 ? [{ ref: refOf(key), value: l.policy }] : []))
+  if (withPeriods.length > 0) {
+    for (const [key, history] of await periodHistories(clickhouse, withPeriods, minuteOf(since), now)) loads.get(key)!.history = history
+  }
   return loads
 }
 

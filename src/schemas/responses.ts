@@ -77,7 +77,7 @@ export const batchReply = z.strictObject({
 export const holdReply = z.strictObject({
   ok: z.literal(true),
   allowed: z.boolean(),
-  reason: z.enum(['paused', 'budget', 'fleet_budget']).nullable(),
+  reason: z.enum(['paused', 'budget', 'fleet_budget', 'period_budget', 'fleet_period_budget']).nullable(),
   hold_id: z.uuid().nullable(),
   held_usd: usd,
   worst_case_usd: usd,

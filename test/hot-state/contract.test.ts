@@ -461,6 +461,62 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     })
   })
 
+  describe('period budgets', () => {
+    const month = { period: 'month', timeZone: 'America/New_York', weekStarts: 'monday', monthStartsOn: 1 } as const
+    const withPeriods = (...periodBudgets: AgentPolicy['periodBudgets']) => policy(1000, { alertAt: [0.5], periodBudgets })
+    // 2026-03-31 20:00 in New York (EDT, -4): the month ends at 04:00 UTC on April 1.
+    const lateMarch = Date.UTC(2026, 3, 1, 0, 0)
+
+    it('pauses on the event strictly over a month, refuses holds past it, and resumes when the next month begins (journaled)', async () => {
+      const { hs, journaled } = await make()
+      await hs.setPolicy(ref, withPeriods({ spec: month, limitNano: 3 * USD }), lateMarch, 'key-1')
+      const r = await recordAll(hs, [ev(USD, lateMarch), ev(2 * USD, lateMarch), ev(USD, lateMarch)], lateMarch)
+      expect(r.map((x) => [x.pausedReason, x.pausedPeriod])).toEqual([
+        [null, null],
+        [null, null],
+        ['period_budget', 'month'],
+      ])
+      expect(r[1]!.alerts.map((x) => [x.meter, x.level])).toEqual([['period_budget:month', 0.5]])
+      expect(r[2]!.transitions).toEqual([expect.objectContaining({ reason: 'period_budget:month', paused: true, meter: expect.objectContaining({ id: 'period_budget:month', spentNano: 4 * USD, limitNano: 3 * USD }) })])
+      expect(r[2]!.periods).toEqual([expect.objectContaining({ spentNano: 4 * USD, meter: expect.objectContaining({ from: Date.UTC(2026, 2, 1, 5) / 60_000, endsAt: Date.UTC(2026, 3, 1, 4) }) })])
+      await journaled()
+      const endsAt = Date.UTC(2026, 3, 1, 4)
+      expect((await hs.get(ref, endsAt - 1)).snapshot.pause.paused).toBe(true)
+      const next = await hs.get(ref, endsAt)
+      expect(next.snapshot.pause.paused).toBe(false)
+      expect(next.transition).toMatchObject({ reason: 'auto_resume', paused: false, meter: expect.objectContaining({ id: 'period_budget:month' }) })
+      expect(next.snapshot.periods.map((p) => [p.spentNano, p.meter.from])).toEqual([[0, endsAt / 60_000]])
+      expect((await journaled()).filter((x) => x.table === 'pause_transitions').map((x) => x.row.reason)).toEqual(['auto_resume'])
+      expect((await hs.hold(ref, { holdId: 'h1', costNano: 4 * USD, expiresAt: endsAt + 60_000 }, endsAt)).refusal).toBe('period_budget')
+      expect((await hs.hold(ref, { holdId: 'h2', costNano: 3 * USD, expiresAt: endsAt + 60_000 }, endsAt)).refusal).toBeNull()
+    })
+
+    it('a rolling window sums the hours it holds and its pause ends once they leave it', async () => {
+      const { hs } = await make()
+      const h0 = Date.UTC(2026, 5, 1, 10, 30)
+      await hs.setPolicy(ref, withPeriods({ spec: { windowDays: 1 }, limitNano: 2 * USD }), h0, 'key-1')
+      await hs.record(ev(2 * USD, h0), h0)
+      const paused = await hs.record(ev(USD, h0 + 3_600_000), h0 + 3_600_000)
+      expect([paused.pausedReason, paused.pausedPeriod]).toEqual(['period_budget', 'window_1d'])
+      // The first hour's 2 USD leave as hour 10 + 24 begins.
+      expect((await hs.get(ref, Date.UTC(2026, 5, 2, 9, 59))).snapshot.periods[0]!.spentNano).toBe(3 * USD)
+      const after = await hs.get(ref, Date.UTC(2026, 5, 2, 10))
+      expect([after.snapshot.periods[0]!.spentNano, after.snapshot.pause.paused]).toEqual([USD, false])
+    })
+
+    it('a fleet period pauses every agent of the user, and each agent keeps its own periods', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(fleetOf('u'), withPeriods({ spec: { ...month, period: 'week', weekStarts: 'sunday' }, limitNano: 2 * USD }), T0, 'key-1')
+      const r = await recordAll(hs, ['a', 'b', 'c'].map((agentId) => ev(USD, T0, { agentId })))
+      expect(r.map((x) => [x.pausedReason, x.pausedPeriod])).toEqual([
+        [null, null],
+        [null, null],
+        ['fleet_period_budget', 'week'],
+      ])
+      expect((await hs.get(fleetOf('u'), T0)).snapshot.periods.map((p) => p.spentNano)).toEqual([3 * USD])
+    })
+  })
+
   describe("an API key's budget of events", () => {
     const charge = (max: number, key = 'events:k1') => ({ key, max, windowMs: 60_000 })
 

@@ -2,21 +2,25 @@ import { mkdtempSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import fc from 'fast-check'
-import { describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it } from 'vitest'
 import { fingerprint } from '../../src/hot-state/dedup.ts'
 import { MemoryHotState } from '../../src/hot-state/memory.ts'
 import { DEFAULT_POLICY, metersOf, resolveMeters, type AgentPolicy, type PeriodBudget } from '../../src/hot-state/meters.ts'
 import type { PeriodHistory } from '../../src/hot-state/period-tallies.ts'
-import type { RecordEvent } from '../../src/hot-state/types.ts'
+import { RedisHotState } from '../../src/hot-state/redis.ts'
+import type { AgentLoad, HotState, RecordEvent } from '../../src/hot-state/types.ts'
+import { RedisJournal } from '../../src/journal/redis-streams.ts'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
+import { startRedis } from '../helpers/redis.ts'
 import { toChDateTime64us } from '../../src/storage/clickhouse.ts'
 import { minuteOf, windowStartMs } from '../../src/rolling-day.ts'
 import type { EventRow } from '../../src/storage/rows.ts'
 
 /**
- * The in-process hot state's period sums against a plain model that sums every event of a
- * period: random events at random clocks, budgets set midway (their history as ClickHouse
- * would give it: the spend per quarter hour before the cut), and a rebuild from scratch.
+ * Both hot states' period sums against a plain model that sums every event of a period:
+ * random events at random clocks, budgets set midway (their history as ClickHouse would give
+ * it: the spend per quarter hour before the cut), and the state rebuilt from the stored events
+ * (the in-process one at a restart, the Redis one loaded when Redis has lost it).
  */
 const HOUR = 3_600_000
 const NO_LIMIT = 1e15
@@ -36,6 +40,63 @@ async function memory(): Promise<MemoryHotState> {
   const log = await SegmentLog.open({ dir: mkdtempSync(join(tmpdir(), 'burnrate-periods-')), fsync: false, maxRows: 10_000_000 })
   return new MemoryHotState(log)
 }
+
+let server: ReturnType<typeof startRedis> | undefined
+let prefixes = 0
+afterAll(async () => {
+  await (await server)?.stop()
+})
+
+/** A Redis hot state on a fresh prefix, which loads a lost state with `load` (none: nothing stored). */
+async function redis(load?: (ref: { userId: string; agentId: string }) => AgentLoad): Promise<RedisHotState> {
+  server ??= startRedis()
+  const { redis } = await server
+  const prefix = `p${++prefixes}:`
+  const journal = new RedisJournal({ redis, instance: 'i', partitions: 1, maxRows: 10_000_000, prefix })
+  await journal.register()
+  const empty: AgentLoad = { minutes: [], seen: [], policy: null, policyVersion: 0, pause: null, ignored: null }
+  return new RedisHotState({ redis, prefix, journal, loader: async (ref) => load?.(ref) ?? empty, userAgents: async () => [] })
+}
+
+type Stored = ReadonlyArray<{ at: number; cost: number }>
+
+/** Each hot state, and the same state made again from the stored events (`policy` set on the agent). */
+const implementations: Array<[string, () => Promise<HotState>, (events: Stored, policy: AgentPolicy, now: number) => Promise<HotState>]> = [
+  [
+    'memory',
+    memory,
+    async (events, policy, now) => {
+      const rebuilt = await memory()
+      const restore = rebuilt.beginRestore(now)
+      const agent = { userId: 'u', agentId: 'a' }
+      const sink = restore.agent(agent)
+      const since = minuteOf(windowStartMs(now))
+      for (const [i, e] of events.entries()) if (minuteOf(e.at) >= since) sink(fingerprint('u', 'a', `x${i}`), e.cost, minuteOf(e.at), 1)
+      restore.policy(agent, policy)
+      restore.history(agent, historyOf(events, now, since))
+      await restore.finish()
+      return rebuilt
+    },
+  ],
+  [
+    'redis',
+    () => redis(),
+    async (events, policy, now) => {
+      const since = minuteOf(windowStartMs(now))
+      const byMinute = new Map<number, number>()
+      for (const e of events) if (minuteOf(e.at) >= since) byMinute.set(minuteOf(e.at), (byMinute.get(minuteOf(e.at)) ?? 0) + e.cost)
+      return redis((ref) => ({
+        minutes: [...byMinute].map(([minute, costNano]) => ({ minute, costNano, llmCalls: 1 })),
+        seen: [],
+        policy: ref.agentId === 'a' ? policy : null,
+        policyVersion: ref.agentId === 'a' ? 1 : 0,
+        pause: null,
+        ignored: null,
+        ...(ref.agentId === 'a' ? { history: historyOf(events, now, since) } : {}),
+      }))
+    },
+  ],
+]
 
 let ids = 0
 function event(agentId: string, costNano: number, at: number): RecordEvent {
@@ -58,7 +119,7 @@ function historyOf(events: ReadonlyArray<{ at: number; cost: number }>, now: num
   return { cut, quarters: [...quarters].sort((a, b) => a[0] - b[0]).flat() }
 }
 
-describe('period sums of the in-process hot state', () => {
+describe.each(implementations)('period sums, %s', (_name, create, rebuild) => {
   it('equal a plain sum of the events of each period, with budgets set midway and after a rebuild (property)', async () => {
     await fc.assert(
       fc.asyncProperty(
@@ -67,7 +128,7 @@ describe('period sums of the in-process hot state', () => {
         fc.nat({ max: 59 }),
         fc.integer({ min: Date.UTC(2027, 0, 1), max: Date.UTC(2028, 11, 31) }),
         async (steps, budgets, setAt, start) => {
-          const hs = await memory()
+          const hs = await create()
           const policy = policyWith(budgets)
           const agent = { userId: 'u', agentId: 'a' }
           const events: Array<{ at: number; cost: number }> = []
@@ -85,19 +146,12 @@ describe('period sums of the in-process hot state', () => {
             const { snapshot } = await hs.get(agent, now)
             expect(snapshot.periods.map((p) => p.spentNano), `step ${i}`).toEqual(modelSpent(events, policy, now))
           }
-          // A rebuild from the stored events (those of the window, and the history before it).
-          const rebuilt = await memory()
-          const restore = rebuilt.beginRestore(now)
-          const sink = restore.agent(agent)
-          const since = minuteOf(windowStartMs(now))
-          for (const e of events) if (minuteOf(e.at) >= since) sink(fingerprint('u', 'a', `x${e.at}-${e.cost}-${Math.random()}`), e.cost, minuteOf(e.at), 1)
-          restore.policy(agent, policy)
-          restore.history(agent, historyOf(events, now, since))
-          await restore.finish()
+          // The state made again from the stored events (those of the window, and the history before it).
+          const rebuilt = await rebuild(events, policy, now)
           expect((await rebuilt.get(agent, now)).snapshot.periods.map((p) => p.spentNano)).toEqual(modelSpent(events, policy, now))
         },
       ),
-      { numRuns: 120 },
+      { numRuns: 60 },
     )
   })
 })

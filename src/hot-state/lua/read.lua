@@ -7,7 +7,8 @@
 -- Returns a control answer (state.lua control(): FENCED, NEEDS_LOAD naming every missing
 -- state, STALE), or {states = [{total, calls, active, last_minute (the newest bucket's),
 -- pause {paused, reason, override, since}, held, ignored {since, calls, nano, flagged},
--- transition, exhausts}…]}.
+-- transition, exhausts, periods (what each period budget's period holds, in the meters'
+-- order, absent without any), last_hour (with periods: the last 60 minutes' spend)}…]}.
 local closed = journal_closed(false)
 if closed then return control(closed) end
 local states, answer_now = read_states()
@@ -24,6 +25,8 @@ for i, s in ipairs(states) do
   }
   if change then one.transition = transition(st, 'agent', change, st.total) end
   if A.with_projection and st.budget then one.exhausts = exhaustion(st, st.budget) end
+  local periods = period_answer(st)
+  if periods then one.periods, one.last_hour = periods, fmt(spent_of(st, LAST_HOUR, NOW_MINUTE - LAST_HOUR + 1)) end
   -- A read writes only what the time passed and the relaxing rules changed, and does not
   -- refresh the TTL: an agent that is only read still expires and is loaded again on demand.
   save_state(st)

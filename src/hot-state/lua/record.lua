@@ -14,7 +14,8 @@
 -- NEEDS_LOAD, STALE), or {events = [answer…]}: each {limited = its budget} (over its
 -- budget: nothing else of it was done), {error = 'HOLD_OF_ANOTHER_AGENT'} (nothing of it was
 -- applied), or {counted, cost, total, reason, fleet_reason, exhausts, transitions, alerts,
--- ignored, fleet_exhausts (with fleet alerts), rate (its budget)}.
+-- ignored, fleet_exhausts (with fleet alerts), rate (its budget), periods and last_hour (the
+-- agent's period budgets after it, as read.lua answers them)}.
 local closed = journal_closed(true)
 if closed then return control(closed) end
 local states, answer_now = read_states()
@@ -48,7 +49,12 @@ local function answer(e, agent, fleet)
   local cost = fmt(e.cost)
   if seen then
     -- A retry, or an event that a load from ClickHouse already counted: nothing changes.
-    return { counted = false, cost = seen, total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason, exhausts = exhausts(agent) }
+    local out = { counted = false, cost = seen, total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason, exhausts = exhausts(agent) }
+    if agent.windows.periods then
+      local periods = period_answer(judge(agent, agent.meters))
+      out.periods, out.last_hour = periods, fmt(spent_of(agent, LAST_HOUR, NOW_MINUTE - LAST_HOUR + 1))
+    end
+    return out
   end
   -- The hold this call settles is released before its real cost is counted (a retry was a
   -- repeat above; an unknown or expired hold releases nothing). An open hold of another
@@ -80,6 +86,8 @@ local function answer(e, agent, fleet)
     out.ignored = { since = fmt(g.since), calls = fmt(g.calls), nano = fmt(g.nano), version = fmt(version) }
   end
   if #fleet.fired > 0 then out.fleet_exhausts = exhausts(fleet) end
+  local periods = period_answer(agent)
+  if periods then out.periods, out.last_hour = periods, fmt(spent_of(agent, LAST_HOUR, NOW_MINUTE - LAST_HOUR + 1)) end
   -- The index scores an agent by its newest minute: only a new bucket can raise it.
   if agent.pushed then
     redis.call('ZADD', fleet.index, 'GT', e.minute, agent.agent)

@@ -130,13 +130,13 @@ local function step_event(agent, fleet, agent_meters, fleet_meters, cost, llm_ca
   return ignored, raised
 end
 
--- policy.ts wouldGoOver()
+-- policy.ts wouldGoOver(): the first meter (its table) that would go over, or nil.
 local function would_go_over(st, meters, cost)
-  if st.pause.override then return false end
+  if st.pause.override then return nil end
   for i, m in ipairs(meters) do
-    if m.holds and over(m, st.spent[i] + cost, st.held) then return true end
+    if m.holds and over(m, st.spent[i] + cost, st.held) then return m end
   end
-  return false
+  return nil
 end
 
 -- policy.ts stepHold()
@@ -145,11 +145,15 @@ local function step_hold(agent, fleet, meters, cost, retry)
   if retry then return out end
   if holding_pause(agent, fleet) then
     out.refusal = 'paused'
-  elseif would_go_over(agent, meters.agent, cost) then
-    out.refusal = 'budget'
-  elseif would_go_over(fleet, meters.fleet, cost) then
-    out.refusal = 'fleet_budget'
+    return out
   end
+  local a = would_go_over(agent, meters.agent, cost)
+  if a then
+    out.refusal = a.tally and 'period_budget' or 'budget'
+    return out
+  end
+  local f = would_go_over(fleet, meters.fleet, cost)
+  if f then out.refusal = f.tally and 'fleet_period_budget' or 'fleet_budget' end
   return out
 end
 
@@ -179,7 +183,7 @@ end
 local function limits_changed(before, after)
   if #before ~= #after then return true end
   for i, m in ipairs(before) do
-    if m.id ~= after[i].id or m.limit ~= after[i].limit or m.minutes ~= after[i].minutes then return true end
+    if m.id ~= after[i].id or m.limit ~= after[i].limit or m.minutes ~= after[i].minutes or m.tally ~= after[i].tally then return true end
   end
   return false
 end

@@ -18,6 +18,8 @@
 --       (absent: none), and h<hour> = the cost of those buckets of each UTC hour (the
 --       projection's)
 --   :hz, :h  its open budget holds (below)
+--   :d  hash of <hour> = the cost of that UTC hour's buckets before the newest, kept only
+--       for a state with a rolling window of days among its period budgets (period_spent())
 -- An event costs its state one HGET and one HSET of :s; a bucket is written to :w once,
 -- when a newer minute starts, and read and dropped once, when it leaves a window. Numbers
 -- passed to redis.call as numbers are written exactly up to 2^53 (Redis prints them in full).
@@ -64,7 +66,7 @@ local NO_IGNORED = { since = 0, calls = 0, nano = 0, flagged = false }
 local function tallies_of(meters)
   local windows, seen = { { minutes = LAST_HOUR, from = NOW_MINUTE - LAST_HOUR + 1 } }, { [LAST_HOUR] = true }
   for _, m in ipairs(meters) do
-    if m.from > DAY_FROM and not seen[m.minutes] then
+    if not m.tally and m.from > DAY_FROM and not seen[m.minutes] then
       seen[m.minutes] = true
       windows[#windows + 1] = { minutes = m.minutes, from = m.from }
     end
@@ -128,6 +130,9 @@ end
 local function move_day(st)
   if st.from >= DAY_FROM then return end
   if st.cm < DAY_FROM then
+    -- The newest bucket's cost goes to :d before it goes (add() writes it there only when a
+    -- newer bucket starts): the rolling windows of days still hold it.
+    if st.windows.rolling and st.cc ~= 0 then redis.call('HINCRBY', st.d, hour_of(st.cm), st.cc) end
     if st.total ~= 0 or st.calls ~= 0 or redis.call('EXISTS', st.w) == 1 then redis.call('DEL', st.w) end
     st.total, st.calls, st.cm, st.cc, st.cn = 0, 0, 0, 0, 0
   else
@@ -203,7 +208,7 @@ local function read_state(key, user, agent)
   local x = { struct.unpack(format_of(m, t), raw) }
   local flags = x[9]
   local st = {
-    s = key, w = string.sub(key, 1, -3) .. ':w', user = user, agent = agent, raw = raw,
+    s = key, w = string.sub(key, 1, -3) .. ':w', d = string.sub(key, 1, -3) .. ':d', user = user, agent = agent, raw = raw,
     from = x[1], total = x[2], calls = x[3], cm = x[4], cc = x[5], cn = x[6], pv = x[7], held = x[8],
     holds = bit.band(flags, 8) ~= 0, pause = NOT_PAUSED, ign = NO_IGNORED, alerted = {}, tallies = {},
   }
@@ -224,11 +229,16 @@ local function save_state(st)
   st.raw = v
 end
 
--- The windows a state with `meters` keeps a tally of (tallies_of()), once per list and call.
+-- The windows a state with `meters` keeps a tally of (tallies_of()), once per list and call,
+-- and whether it has period budgets (w.periods), a rolling window of days among them (w.rolling).
 local function windows_of(meters)
   local w = windows[meters]
   if not w then
     w = tallies_of(meters)
+    for _, m in ipairs(meters) do
+      if m.tally then w.periods = true end
+      if m.rolling then w.rolling = true end
+    end
     windows[meters] = w
   end
   return w
@@ -248,12 +258,116 @@ local function spent_of(st, minutes, from)
   return st.tallies[minutes].spent
 end
 
--- The state as the rules judge it for `meters` (policy.ts Judged): st.spent per meter.
+-- Period budgets (meters.ts, a meter with `tally`: its period's code, the key of its tally,
+-- and `rolling` for a window of days). A state keeps, per period, a tally {from, spent}: what
+-- was spent from its period's first minute on, which every event adds to (add()). A rolling
+-- window also keeps the cost of each UTC hour it holds, in :d, written with the buckets
+-- (add()), so that what leaves it is taken off an hour at a time.
+
+-- The cost :d holds of the hours in [first, last], with the newest bucket's, not in :d yet.
+local function hours_cost(st, first, last)
+  local sum = 0
+  if last < first then return 0 end
+  if last - first > 64 then
+    local flat = redis.call('HGETALL', st.d)
+    for i = 1, #flat, 2 do
+      local h = tonumber(flat[i])
+      if h >= first and h <= last then sum = sum + tonumber(flat[i + 1]) end
+    end
+  else
+    local names = {}
+    for h = first, last do names[#names + 1] = h end
+    for _, v in ipairs(redis.call('HMGET', st.d, unpack(names))) do
+      if v then sum = sum + tonumber(v) end
+    end
+  end
+  local newest = hour_of(st.cm)
+  if newest >= first and newest <= last then sum = sum + st.cc end
+  return sum
+end
+
+-- Drops the hours of :d before `hour`, from `oldest` on (the oldest it may hold).
+local function drop_hours(st, oldest, hour)
+  if hour <= oldest then return end
+  if hour - oldest > 64 then
+    local flat, names = redis.call('HKEYS', st.d), {}
+    for _, h in ipairs(flat) do
+      if tonumber(h) < hour then names[#names + 1] = h end
+    end
+    if #names > 0 then redis.call('HDEL', st.d, unpack(names)) end
+  else
+    local names = {}
+    for h = oldest, hour - 1 do names[#names + 1] = h end
+    redis.call('HDEL', st.d, unpack(names))
+  end
+end
+
+-- A period's tally begun from what the state holds: its buckets from `from` on (the stored
+-- spend before `cut`, `history`, when a config or a load gives it: set_policy.lua).
+local function begin_period(st, m)
+  local spent = 0
+  if m.rolling then
+    spent = hours_cost(st, hour_of(m.from), hour_of(NOW_MINUTE))
+  else
+    for _, b in pairs(buckets_between(st, m.from, st.cm)) do spent = spent + b[1] end
+  end
+  st.tallies[m.tally] = { from = m.from, spent = spent }
+  return st.tallies[m.tally]
+end
+
+-- What a period holds at NOW, its tally moved on first. A calendar period that begins anew is
+-- summed from the buckets: every event since it began came after its tally last moved (each
+-- event moves it: record.lua judges before it adds), so within the day's window. A rolling
+-- window takes off the hours that left it. A period never moves back (another instance's
+-- clock behind this one's): it keeps what it holds.
+local function period_spent(st, m)
+  local t = st.tallies[m.tally] or begin_period(st, m)
+  if t.from < m.from then
+    if m.rolling then
+      t.spent = t.spent - hours_cost(st, hour_of(t.from), hour_of(m.from) - 1)
+    else
+      local spent = 0
+      for _, b in pairs(buckets_between(st, m.from, st.cm)) do spent = spent + b[1] end
+      t.spent = spent
+    end
+    t.from = m.from
+  end
+  return t.spent
+end
+
+-- The state as the rules judge it for `meters` (policy.ts Judged): st.spent per meter. The
+-- hours no rolling window holds any more leave :d.
 local function judge(st, meters)
   local spent = st.spent or {}
-  for i, m in ipairs(meters) do spent[i] = spent_of(st, m.minutes, m.from) end
+  local oldest, newest = nil, nil
+  for i, m in ipairs(meters) do
+    if m.tally then
+      if m.rolling then
+        local t = st.tallies[m.tally]
+        if t and (not oldest or t.from < oldest) then oldest = t.from end
+        if not newest or m.from < newest then newest = m.from end
+      end
+      spent[i] = period_spent(st, m)
+    else
+      spent[i] = spent_of(st, m.minutes, m.from)
+    end
+  end
+  if oldest and newest > oldest then drop_hours(st, hour_of(oldest), hour_of(newest)) end
   st.spent = spent
   return st
+end
+
+-- What each period budget's period of a judged state holds, as text in its meters' order; nil
+-- when it has none.
+local function period_answer(st)
+  local out = nil
+  for i, m in ipairs(st.meters) do
+    if m.tally then
+      out = out or {}
+      out[#out + 1] = fmt(st.spent[i])
+    end
+  end
+  return out
 end
 
 -- RollingWindow.add(): a minute older than the newest bucket (a rebuild, a clock step back)
@@ -269,6 +383,7 @@ local function add(st, minute, cost, calls)
     if st.cm > 0 and (st.cc ~= 0 or st.cn ~= 0) then
       if st.cn ~= 0 then redis.call('HSET', st.w, 'c' .. st.cm, st.cc, 'n' .. st.cm, st.cn) else redis.call('HSET', st.w, 'c' .. st.cm, st.cc) end
       if st.cc ~= 0 then redis.call('HINCRBY', st.w, 'h' .. hour_of(st.cm), st.cc) end
+      if st.cc ~= 0 and st.windows.rolling then redis.call('HINCRBY', st.d, hour_of(st.cm), st.cc) end
     end
     st.cm, st.cc, st.cn = bucket, 0, 0
     -- pushed: by the event at hand (record.lua resets it); touched: by any event of the call.
@@ -592,6 +707,7 @@ end
 local function touch(st)
   redis.call('PEXPIRE', st.s, TTL)
   redis.call('PEXPIRE', st.w, TTL)
+  if st.windows.rolling then redis.call('PEXPIRE', st.d, TTL) end
 end
 
 -- API keys' budgets of events (types.ts RateCharge), kept as memory.ts #charge keeps them:
