@@ -6,7 +6,8 @@ import type { EventBody, HoldBody } from './event.js'
 import { isObject, requestJson, sleep } from './http.js'
 import type { FetchLike, JsonAnswer, JsonRequest, RetryPolicy } from './http.js'
 import { isUuid } from './id.js'
-import type { AlertInfo, BufferOptions, BurnrateEvent, EventExtras, EventResponse, FailMode, GuardCall, GuardRefusalReason, GuardResult, Hold, HoldResponse, LlmUsage, Metadata, Problem, SendOptions } from './types.js'
+import { periodBudgetsBody, periodsOf } from './periods.js'
+import type { AlertInfo, BufferOptions, BurnrateEvent, EventExtras, EventResponse, FailMode, GuardCall, GuardRefusalReason, GuardResult, Hold, HoldResponse, LlmUsage, Metadata, Period, PeriodBudget, Problem, SendOptions } from './types.js'
 import { fromAnthropic as anthropicEvent, fromOpenAIChat as openAIChatEvent, fromOpenAIResponses as openAIResponsesEvent, fromUsage as usageEvent, llmCallEvent, withExtras } from './usage.js'
 import type { ProviderUsage, UsageSource } from './usage.js'
 
@@ -23,6 +24,13 @@ export interface BurnrateOptions {
   slackWebhookUrl?: string
   /** Alert levels, fractions of the budget in (0, 1), at most five (sent with POST /config; the server's default is [0.8]). */
   alertAt?: number[]
+  /**
+   * Budgets over calendar periods (a day, week or month in a time zone) and rolling windows of
+   * days, beside the daily one: at most four, one per period (sent with POST /config; [] removes
+   * the agent's). An event that takes a period's spend over its limit pauses the agent with
+   * pausedReason 'period_budget'.
+   */
+  periodBudgets?: PeriodBudget[]
   /** Told once per crossing of an alert level, with the answer that reported it. An exception it throws goes to onError's logger, not to send(). */
   onAlert?: (alert: AlertInfo) => void
   /** Per attempt, until the whole answer is read. Default 10 000. */
@@ -67,8 +75,8 @@ interface HoldState {
   settled: boolean
 }
 
-function refused(reason: GuardRefusalReason, pausedReason: string | null, answer?: HoldResponse): GuardResult<never> {
-  return { allowed: false, reason, pausedReason, remainingUsd: answer?.remaining_usd ?? null, worstCaseUsd: answer?.worst_case_usd ?? null }
+function refused(reason: GuardRefusalReason, pausedReason: string | null, pausedPeriod: string | null, answer?: HoldResponse): GuardResult<never> {
+  return { allowed: false, reason, pausedReason, pausedPeriod, remainingUsd: answer?.remaining_usd ?? null, worstCaseUsd: answer?.worst_case_usd ?? null }
 }
 
 const DEFAULTS = { timeoutMs: 10_000, maxRetries: 3, retryBaseDelayMs: 500, maxRetryDelayMs: 30_000 }
@@ -104,6 +112,8 @@ export class Burnrate {
   private configuring: Promise<boolean> | undefined
   private isPaused = false
   private reason: string | null = null
+  /** The period whose budget paused the agent (reason period_budget or fleet_period_budget); else null. */
+  private period: string | null = null
   private ignoring = false
   private last: EventResponse | undefined
   /** The buffered mode's queue; null when it is off. */
@@ -168,6 +178,7 @@ export class Burnrate {
       }
       config.alert_at = [...levels]
     }
+    if (options.periodBudgets !== undefined) config.period_budgets = periodBudgetsBody(options.periodBudgets)
     this.pendingConfig = Object.keys(config).length > 0 ? { agent_id: this.agent, ...config } : null
     const buffer = bufferSettings(options.buffer)
     this.buffer = buffer === null ? null : new EventBuffer(buffer, this.policy, (events) => this.deliver(events), (error) => this.report(error))
@@ -184,12 +195,20 @@ export class Burnrate {
   }
 
   /**
-   * Why the agent is paused, as burnrate said: 'budget', 'velocity' or 'manual' (its own),
-   * 'fleet_budget', 'fleet_velocity' or 'fleet_manual' (its user's fleet budget); null while it
-   * runs. Every reason stops it alike.
+   * Why the agent is paused, as burnrate said: 'budget', 'velocity', 'period_budget' or 'manual'
+   * (its own), 'fleet_budget', 'fleet_velocity', 'fleet_period_budget' or 'fleet_manual' (its
+   * user's fleet budget); null while it runs. Every reason stops it alike.
    */
   get pausedReason(): string | null {
     return this.isPaused ? this.reason : null
+  }
+
+  /**
+   * With pausedReason 'period_budget' or 'fleet_period_budget': the period that went over its
+   * limit ('day', 'week', 'month' or 'window_<n>d'); null otherwise.
+   */
+  get pausedPeriod(): string | null {
+    return this.isPaused ? this.period : null
   }
 
   /**
@@ -214,6 +233,15 @@ export class Burnrate {
   get projectedExhaustionAt(): Date | null | undefined {
     const at = this.last?.projected_exhaustion_at
     return at === undefined ? undefined : at === null ? null : new Date(at)
+  }
+
+  /**
+   * The agent's period budgets as of the last answer: each period's spend, limit, what is left,
+   * its bounds and when it runs out at the last hour's rate. [] without period budgets,
+   * undefined before any answer.
+   */
+  get periods(): Period[] | undefined {
+    return this.last === undefined ? undefined : periodsOf(this.last.periods)
   }
 
   /** Buffered mode: the events queued or in flight, not yet answered by burnrate. 0 without a buffer. */
@@ -343,19 +371,21 @@ export class Burnrate {
   async guard<T>(call: GuardCall, fn: (hold: Hold) => T | Promise<T>): Promise<GuardResult<T>> {
     const body = buildHoldBody(this.agent, call)
     if (typeof fn !== 'function') throw new TypeError('burnrate: guard needs the function that makes the call')
-    if (this.isPaused) return refused('paused', this.reason)
+    if (this.isPaused) return refused('paused', this.reason, this.period)
     // The hold is judged against the budget this client sets: configure it first.
     const configured = await this.configure()
-    if (this.isPaused) return refused('paused', this.reason)
+    if (this.isPaused) return refused('paused', this.reason, this.period)
     // Closed, a budget that could not be set cannot be checked either (as in send()).
     const answer = configured || this.failMode === 'open' ? await this.askHold(body) : undefined
-    if (answer === undefined && this.failMode === 'closed') return refused('unreachable', null)
+    if (answer === undefined && this.failMode === 'closed') return refused('unreachable', null, null)
     if (answer !== undefined && !answer.allowed) {
+      const pausedPeriod = typeof answer.paused_period === 'string' ? answer.paused_period : null
       if (answer.reason === 'paused') {
         this.isPaused = true
         this.reason = answer.paused_reason
+        this.period = pausedPeriod
       }
-      return refused(answer.reason as GuardRefusalReason, answer.paused_reason, answer)
+      return refused(answer.reason as GuardRefusalReason, answer.paused_reason, pausedPeriod, answer)
     }
     const hold: HoldState = { id: answer?.hold_id ?? null, settled: false }
     try {
@@ -384,10 +414,12 @@ export class Burnrate {
       if (answer.status === 404) {
         this.isPaused = false
         this.reason = null
+        this.period = null
         this.ignoring = false
       } else if (isObject(answer.body) && typeof answer.body.is_paused === 'boolean') {
         this.isPaused = answer.body.is_paused
         this.reason = this.isPaused && typeof answer.body.paused_reason === 'string' ? answer.body.paused_reason : null
+        this.period = this.isPaused && typeof answer.body.paused_period === 'string' ? answer.body.paused_period : null
         this.ignoring = answer.body.ignoring_pause === true
       } else {
         throw new BurnrateError('burnrate GET /agents/{agent_id}: the answer has no is_paused flag', { operation: 'refresh', code: 'invalid_response', status: answer.status, retryable: false })
@@ -521,6 +553,7 @@ export class Burnrate {
     if (r.paused === true) {
       this.isPaused = true
       this.reason = typeof r.paused_reason === 'string' ? r.paused_reason : null
+      this.period = typeof r.paused_period === 'string' ? r.paused_period : null
     }
     if (Array.isArray(r.alerts) && r.alerts.length > 0 && this.onAlert) this.tellAlert({ levels: r.alerts as number[], response: this.last })
   }

@@ -92,6 +92,68 @@ export interface BufferOptions {
   maxQueued?: number
 }
 
+/**
+ * A budget over a calendar period in a time zone: a day, a week or a month, each beginning at
+ * local midnight. A pause by it ends by itself when the next period begins.
+ */
+export interface CalendarBudget {
+  period: 'day' | 'week' | 'month'
+  /** USD the period may spend; an event that takes its spend strictly over it pauses the agent. More than 0, at most 10^9. */
+  limitUsd: number
+  /** An IANA time zone name ("Europe/Paris"); default "UTC". The server checks the name. */
+  timeZone?: string
+  /** The day a week begins on; default "monday". */
+  weekStarts?: 'monday' | 'sunday'
+  /** The day of the month (1 to 28) a month begins on; default 1. */
+  monthStartsOn?: number
+}
+
+/**
+ * A budget over a rolling window of whole days (the current UTC hour and the hours before it),
+ * named `window_<n>d`. A pause by it ends once its spend is back within the limit.
+ */
+export interface RollingBudget {
+  /** The window's length, 1 to 31 days. */
+  windowDays: number
+  /** USD the window may spend; more than 0, at most 10^9. */
+  limitUsd: number
+}
+
+/** One of an agent's period budgets, beside its rolling 24 h budget: at most four, one per period. */
+export type PeriodBudget = CalendarBudget | RollingBudget
+
+/** A period of the agent's period budgets, as an answer shows it. */
+export interface PeriodResponse {
+  /** "day", "week", "month" or "window_<n>d". */
+  period: string
+  spent_usd: number
+  limit_usd: number
+  /** The limit minus the spend (negative when over it). */
+  remaining_usd: number
+  /** ISO 8601: the period's first instant (a rolling window's first whole UTC hour). */
+  starts_at: string
+  /** ISO 8601: a calendar period's end, where the next one begins; null for a rolling window. */
+  ends_at: string | null
+  /** ISO 8601: when the limit is reached at the last hour's spend rate, if before the period ends; else null. */
+  projected_exhaustion_at: string | null
+}
+
+/** A period of the agent's period budgets, as of the client's last answer. */
+export interface Period {
+  /** "day", "week", "month" or "window_<n>d". */
+  period: string
+  spentUsd: number
+  limitUsd: number
+  /** The limit minus the spend (negative when over it). */
+  remainingUsd: number
+  /** The period's first instant (a rolling window's first whole UTC hour). */
+  startsAt: Date
+  /** A calendar period's end, where the next one begins; null for a rolling window. */
+  endsAt: Date | null
+  /** When the limit is reached at the last hour's spend rate, if before the period ends; else null. */
+  projectedExhaustionAt: Date | null
+}
+
 /** The body of a 200 answer to POST /events. */
 export interface EventResponse {
   ok: true
@@ -99,15 +161,20 @@ export interface EventResponse {
   cost_usd: number
   paused: boolean
   /**
-   * Why it is paused: 'budget', 'velocity' or 'manual' (the agent's own), 'fleet_budget',
-   * 'fleet_velocity' or 'fleet_manual' (its user's fleet); null while it runs. Any pause stops the client.
+   * Why it is paused: 'budget', 'velocity', 'period_budget' or 'manual' (the agent's own),
+   * 'fleet_budget', 'fleet_velocity', 'fleet_period_budget' or 'fleet_manual' (its user's fleet);
+   * null while it runs. Any pause stops the client.
    */
   paused_reason: string | null
+  /** With paused_reason 'period_budget' or 'fleet_period_budget': the period over its limit ("month", "window_30d"); else null. */
+  paused_period: string | null
   total_cost_24h: number
   /** The budget minus the 24 h total (negative when over it). */
   remaining_usd: number
   /** When the total reaches the budget at the last hour's spend rate (ISO 8601), null when it never would. */
   projected_exhaustion_at: string | null
+  /** Each period of the agent's period budgets, after this event; empty without period budgets. */
+  periods: PeriodResponse[]
   /** The alert levels (fractions of the budget) this event took the total to or past. */
   alerts: number[]
   /** The alert levels of its user's fleet budget this event took the fleet's total to or past. */
@@ -121,7 +188,7 @@ export interface HoldResponse {
   ok: true
   allowed: boolean
   /** null when granted. */
-  reason: 'paused' | 'budget' | 'fleet_budget' | null
+  reason: 'paused' | 'budget' | 'fleet_budget' | 'period_budget' | 'fleet_period_budget' | null
   /** null when refused: nothing is held then. */
   hold_id: string | null
   /** The worst case held; 0 when refused. */
@@ -134,6 +201,8 @@ export interface HoldResponse {
   expires_at: string | null
   paused: boolean
   paused_reason: string | null
+  /** With paused_reason 'period_budget' or 'fleet_period_budget': the period over its limit; else null. */
+  paused_period: string | null
 }
 
 /** What onAlert is told: the levels an event crossed, and the answer that said so. */
@@ -197,9 +266,11 @@ export interface Hold {
 /**
  * Why guard() did not run its function: the agent or its fleet is paused (`paused`), the call's
  * worst case does not fit in what is left of the agent's budget (`budget`) or its fleet's
- * (`fleet_budget`), or burnrate could not be reached with failMode "closed" (`unreachable`).
+ * (`fleet_budget`), would take a period of the agent's period budgets over its limit
+ * (`period_budget`) or one of its fleet's (`fleet_period_budget`), or burnrate could not be
+ * reached with failMode "closed" (`unreachable`).
  */
-export type GuardRefusalReason = 'paused' | 'budget' | 'fleet_budget' | 'unreachable'
+export type GuardRefusalReason = 'paused' | 'budget' | 'fleet_budget' | 'period_budget' | 'fleet_period_budget' | 'unreachable'
 
 /** What guard() resolves to: the function's value, or why it did not run. */
 export type GuardResult<T> =
@@ -214,6 +285,8 @@ export type GuardResult<T> =
       reason: GuardRefusalReason
       /** With reason 'paused': why, as `Burnrate.pausedReason`; else null. */
       pausedReason: string | null
+      /** With reason 'paused' by a period budget: its period, as `Burnrate.pausedPeriod`; else null. */
+      pausedPeriod: string | null
       /** What is left of the budget, open holds deducted, as burnrate answered the hold; null when it did not answer one. */
       remainingUsd: number | null
       /** The call's worst case as burnrate priced it; null when it did not answer. */

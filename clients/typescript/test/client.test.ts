@@ -584,7 +584,7 @@ describe('budget holds: guard()', () => {
     const p = await proxy()
     const { c, errors } = make(id, { baseUrl: p.url, costThresholdUsd: 0.01 })
     const fn = vi.fn()
-    expect(await c.guard(WORST, fn)).toEqual({ allowed: false, reason: 'budget', pausedReason: null, remainingUsd: 0.01, worstCaseUsd: 0.0125 })
+    expect(await c.guard(WORST, fn)).toEqual({ allowed: false, reason: 'budget', pausedReason: null, pausedPeriod: null, remainingUsd: 0.01, worstCaseUsd: 0.0125 })
     expect(fn).not.toHaveBeenCalled()
     expect(c.paused).toBe(false) // only this call is too big: a smaller one may go
     expect((await agent(id)).body).toMatchObject({ held_usd: 0, llm_calls: 0, is_paused: false })
@@ -602,10 +602,10 @@ describe('budget holds: guard()', () => {
     await setPaused(id, true)
     const fn = vi.fn()
 
-    expect(await c.guard(WORST, fn)).toEqual({ allowed: false, reason: 'paused', pausedReason: 'manual', remainingUsd: expect.any(Number), worstCaseUsd: 0.0125 })
+    expect(await c.guard(WORST, fn)).toEqual({ allowed: false, reason: 'paused', pausedReason: 'manual', pausedPeriod: null, remainingUsd: expect.any(Number), worstCaseUsd: 0.0125 })
     expect([c.paused, c.pausedReason]).toEqual([true, 'manual'])
     const requests = p.seen.length
-    expect(await c.guard(WORST, fn)).toEqual({ allowed: false, reason: 'paused', pausedReason: 'manual', remainingUsd: null, worstCaseUsd: null })
+    expect(await c.guard(WORST, fn)).toEqual({ allowed: false, reason: 'paused', pausedReason: 'manual', pausedPeriod: null, remainingUsd: null, worstCaseUsd: null })
     expect(await c.llmCall('gpt-4o', CALL)).toBe(false)
     expect(p.seen.length).toBe(requests) // neither asked burnrate anything
     expect(fn).not.toHaveBeenCalled()
@@ -704,7 +704,7 @@ describe('budget holds: guard()', () => {
     const port = await deadPort()
     const { c, errors } = make(agentName('guard-closed'), { baseUrl: `http://127.0.0.1:${port}`, maxRetries: 0, failMode: 'closed' })
     const fn = vi.fn()
-    const unreachable = { allowed: false, reason: 'unreachable', pausedReason: null, remainingUsd: null, worstCaseUsd: null }
+    const unreachable = { allowed: false, reason: 'unreachable', pausedReason: null, pausedPeriod: null, remainingUsd: null, worstCaseUsd: null }
     expect(await c.guard(WORST, fn)).toEqual(unreachable)
     expect(c.paused).toBe(false)
     expect(errors.map((e) => [e.operation, e.code])).toEqual([['hold', 'network_error']])

@@ -1,6 +1,7 @@
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import { Burnrate, fromAnthropic, fromOpenAIChat, fromOpenAIResponses, fromUsage, type BurnrateEvent } from '../src/index.ts'
 import { BUFFER_DEFAULTS, bufferSettings } from '../src/buffer.ts'
+import { periodBudgetsBody, periodsOf } from '../src/periods.ts'
 import { parseRetryAfter, backoffDelay } from '../src/http.ts'
 import { randomUuid } from '../src/id.ts'
 
@@ -104,6 +105,53 @@ describe('argument checks (programming errors throw; nothing is sent)', () => {
       [null, /buffer must be/],
     ]
     for (const [buffer, message] of bad) expect(() => new Burnrate({ ...ok, buffer: buffer as never })).toThrow(message)
+  })
+
+  it('the periodBudgets option: camelCase in, the wire fields of POST /config out, what the server would refuse thrown', () => {
+    const ok = { baseUrl: 'http://127.0.0.1:1', apiKey: 'k', agentId: 'a' }
+    expect(periodBudgetsBody([])).toEqual([])
+    expect(
+      periodBudgetsBody([
+        { period: 'month', limitUsd: 200, timeZone: 'America/New_York', monthStartsOn: 28 },
+        { period: 'week', limitUsd: 60, weekStarts: 'sunday' },
+        { period: 'day', limitUsd: 10 },
+        { windowDays: 30, limitUsd: 250 },
+      ]),
+    ).toEqual([
+      { period: 'month', limit_usd: 200, time_zone: 'America/New_York', month_starts_on: 28 },
+      { period: 'week', limit_usd: 60, week_starts: 'sunday' },
+      { period: 'day', limit_usd: 10 },
+      { window_days: 30, limit_usd: 250 },
+    ])
+    const bad: Array<[unknown, RegExp]> = [
+      [{ period: 'month', limitUsd: 1 }, /periodBudgets must be an array/],
+      [[1, 2, 3, 4, 5].map((d) => ({ windowDays: d, limitUsd: 1 })), /at most 4/],
+      [[{ period: 'year', limitUsd: 1 }], /periodBudgets\[0\]\.period must be "day", "week" or "month"/],
+      [[{ period: 'month', limitUsd: 0 }], /limitUsd must be a number above 0/],
+      [[{ period: 'month', limitUsd: 2e9 }], /limitUsd/],
+      [[{ period: 'month' }], /limitUsd/],
+      [[{ period: 'month', limitUsd: 1, timeZone: '' }], /timeZone/],
+      [[{ period: 'week', limitUsd: 1, weekStarts: 'saturday' }], /weekStarts/],
+      [[{ period: 'month', limitUsd: 1, monthStartsOn: 29 }], /monthStartsOn/],
+      [[{ windowDays: 0, limitUsd: 1 }], /windowDays must be an integer from 1 to 31/],
+      [[{ windowDays: 1.5, limitUsd: 1 }], /windowDays/],
+      [[{ windowDays: 7, limitUsd: 1, timeZone: 'UTC' }], /unknown field "timeZone" in periodBudgets\[0\] \(a rolling window\)/],
+      [[{ period: 'day', limit_usd: 1 }], /unknown field "limit_usd"/],
+      [[{ period: 'day', limitUsd: 1 }, { period: 'day', limitUsd: 2 }], /periodBudgets\[1\] repeats the period "day"/],
+      [[{ windowDays: 7, limitUsd: 1 }, { windowDays: 7, limitUsd: 2 }], /repeats the period "window_7d"/],
+      [[null], /periodBudgets\[0\] must be/],
+    ]
+    for (const [periodBudgets, message] of bad) expect(() => new Burnrate({ ...ok, periodBudgets: periodBudgets as never })).toThrow(message)
+  })
+
+  it("an answer's periods come out with dates; an answer without them has none", () => {
+    const month = { period: 'month', spent_usd: 1.5, limit_usd: 2, remaining_usd: 0.5, starts_at: '2026-11-01T04:00:00.000Z', ends_at: '2026-12-01T05:00:00.000Z', projected_exhaustion_at: null }
+    const window = { period: 'window_30d', spent_usd: 3, limit_usd: 2, remaining_usd: -1, starts_at: '2026-10-02T13:00:00.000Z', ends_at: null, projected_exhaustion_at: '2026-11-02T12:30:00.000Z' }
+    expect(periodsOf([month, window])).toEqual([
+      { period: 'month', spentUsd: 1.5, limitUsd: 2, remainingUsd: 0.5, startsAt: new Date('2026-11-01T04:00:00.000Z'), endsAt: new Date('2026-12-01T05:00:00.000Z'), projectedExhaustionAt: null },
+      { period: 'window_30d', spentUsd: 3, limitUsd: 2, remainingUsd: -1, startsAt: new Date('2026-10-02T13:00:00.000Z'), endsAt: null, projectedExhaustionAt: new Date('2026-11-02T12:30:00.000Z') },
+    ])
+    expect(periodsOf(undefined)).toEqual([])
   })
 
   it('a buffered call rejects with a TypeError for an invalid event, and queues nothing', async () => {
