@@ -8,6 +8,7 @@
 """
 
 from ._buffer import Buffer
+from ._periods import CalendarBudget, Period, PeriodBudget, RollingBudget
 from ._version import __version__
 from .aio import AsyncBurnrate, AsyncGuard
 from .client import Burnrate, FailMode, Guard, OnAlert, OnError
@@ -29,10 +30,14 @@ __all__ = [
     "Buffer",
     "Burnrate",
     "BurnrateError",
+    "CalendarBudget",
     "FailMode",
     "Guard",
     "OnAlert",
     "OnError",
+    "Period",
+    "PeriodBudget",
+    "RollingBudget",
     "__version__",
     "end_event",
     "from_anthropic",

@@ -8,10 +8,11 @@ import inspect
 import time
 from datetime import datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, Mapping, Optional, Sequence, Type, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Type, TypeVar, Union
 
 from . import usage as _usage
 from ._buffer import Buffer
+from ._periods import Period, PeriodBudget
 from .client import Burnrate, FailMode, Guard, OnAlert, OnError, _hold_body
 
 if TYPE_CHECKING:  # typing_extensions for Python 3.9, read by type checkers only (no runtime dependency)
@@ -46,6 +47,7 @@ class AsyncBurnrate:
         cost_threshold_usd: Optional[float] = None,
         slack_webhook_url: Optional[str] = None,
         alert_at: Optional[Sequence[float]] = None,
+        period_budgets: Optional[Sequence[PeriodBudget]] = None,
         timeout: float = 10.0,
         max_retries: int = 3,
         fail_mode: FailMode = "open",
@@ -62,6 +64,7 @@ class AsyncBurnrate:
             cost_threshold_usd=cost_threshold_usd,
             slack_webhook_url=slack_webhook_url,
             alert_at=alert_at,
+            period_budgets=period_budgets,
             timeout=timeout,
             max_retries=max_retries,
             fail_mode=fail_mode,
@@ -90,6 +93,10 @@ class AsyncBurnrate:
         return self._client.paused_reason
 
     @property
+    def paused_period(self) -> Optional[str]:
+        return self._client.paused_period
+
+    @property
     def ignoring_pause(self) -> bool:
         return self._client.ignoring_pause
 
@@ -104,6 +111,10 @@ class AsyncBurnrate:
     @property
     def projected_exhaustion_at(self) -> Optional[datetime]:
         return self._client.projected_exhaustion_at
+
+    @property
+    def periods(self) -> Optional[List[Period]]:
+        return self._client.periods
 
     @property
     def buffer(self) -> Optional[Buffer]:
@@ -297,6 +308,10 @@ class AsyncGuard:
     @property
     def paused_reason(self) -> Optional[str]:
         return self._guard.paused_reason
+
+    @property
+    def paused_period(self) -> Optional[str]:
+        return self._guard.paused_period
 
     @property
     def expires_at(self) -> Optional[datetime]:

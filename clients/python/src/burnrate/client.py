@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Literal, Mapping, O
 
 from . import usage as _usage
 from ._buffer import Batcher, Buffer
+from ._periods import Period, PeriodBudget, period_budgets_body, periods_of
 from ._transport import Transport
 from .errors import BurnrateError
 
@@ -104,6 +105,7 @@ class Burnrate:
         cost_threshold_usd: Optional[float] = None,
         slack_webhook_url: Optional[str] = None,
         alert_at: Optional[Sequence[float]] = None,
+        period_budgets: Optional[Sequence[PeriodBudget]] = None,
         timeout: float = 10.0,
         max_retries: int = 3,
         fail_mode: FailMode = "open",
@@ -149,6 +151,7 @@ class Burnrate:
             ):
                 raise ValueError("alert_at must hold at most %d distinct numbers between 0 and 1 (exclusive), got %r" % (MAX_ALERT_LEVELS, alert_at))
             alert_at = levels
+        period_budgets_wire = None if period_budgets is None else period_budgets_body(period_budgets)
         if buffer is True:
             buffer = Buffer()
         elif buffer is False:
@@ -169,7 +172,7 @@ class Burnrate:
             retry_max_delay=_number("retry_max_delay", retry_max_delay),
         )
         self._config: Optional[Dict[str, Any]] = None
-        if cost_threshold_usd is not None or slack_webhook_url is not None or alert_at is not None:
+        if cost_threshold_usd is not None or slack_webhook_url is not None or alert_at is not None or period_budgets_wire is not None:
             self._config = {"agent_id": agent_id}
             if cost_threshold_usd is not None:
                 self._config["cost_threshold_usd"] = cost_threshold_usd
@@ -177,6 +180,8 @@ class Burnrate:
                 self._config["slack_webhook_url"] = slack_webhook_url
             if alert_at is not None:
                 self._config["alert_at"] = alert_at
+            if period_budgets_wire is not None:
+                self._config["period_budgets"] = period_budgets_wire
 
         # _lock guards the paused flag and whether the config is still to be sent;
         # _config_lock lets one thread at a time send the config (POST /config is once).
@@ -184,6 +189,7 @@ class Burnrate:
         self._config_lock = threading.Lock()
         self._paused = False
         self._paused_reason: Optional[str] = None
+        self._paused_period: Optional[str] = None
         self._ignoring_pause = False
         self._last_response: Optional[Dict[str, Any]] = None
         self._config_pending = self._config is not None
@@ -211,11 +217,18 @@ class Burnrate:
 
     @property
     def paused_reason(self) -> Optional[str]:
-        """Why the agent is paused: "budget", "velocity" or "manual" (its own), "fleet_budget",
-        "fleet_velocity" or "fleet_manual" (its user's fleet budget); None while it runs. Every
-        reason stops it alike."""
+        """Why the agent is paused: "budget", "velocity", "period_budget" or "manual" (its own),
+        "fleet_budget", "fleet_velocity", "fleet_period_budget" or "fleet_manual" (its user's
+        fleet budget); None while it runs. Every reason stops it alike."""
         with self._lock:
             return self._paused_reason if self._paused else None
+
+    @property
+    def paused_period(self) -> Optional[str]:
+        """With paused_reason "period_budget" or "fleet_period_budget": the period that went over
+        its limit ("day", "week", "month" or "window_<n>d"); None otherwise."""
+        with self._lock:
+            return self._paused_period if self._paused else None
 
     @property
     def ignoring_pause(self) -> bool:
@@ -243,6 +256,14 @@ class Burnrate:
         last = self.last_response
         at = None if last is None else last.get("projected_exhaustion_at")
         return None if at is None else datetime.fromisoformat(at.replace("Z", "+00:00"))
+
+    @property
+    def periods(self) -> Optional[List[Period]]:
+        """The agent's period budgets as of the last answer: each period's spend, limit, what is
+        left, its bounds and when it runs out at the last hour's rate. [] without period budgets,
+        None before any answer."""
+        last = self.last_response
+        return None if last is None else periods_of(last.get("periods"))
 
     @property
     def buffer(self) -> Optional[Buffer]:
@@ -489,10 +510,11 @@ class Burnrate:
                 return self.paused
             paused = False  # No events and no config: nothing can have paused it.
             answer = {}
-        reason = answer.get("paused_reason")
+        reason, period = answer.get("paused_reason"), answer.get("paused_period")
         with self._lock:
             self._paused = paused
             self._paused_reason = reason if paused and isinstance(reason, str) else None
+            self._paused_period = period if paused and isinstance(period, str) else None
             self._ignoring_pause = answer.get("ignoring_pause") is True
         return paused
 
@@ -561,8 +583,9 @@ class Burnrate:
                 self._last_response = answer
             if answer.get("paused") is True:
                 self._paused = True
-                reason = answer.get("paused_reason")
+                reason, period = answer.get("paused_reason"), answer.get("paused_period")
                 self._paused_reason = reason if isinstance(reason, str) else None
+                self._paused_period = period if isinstance(period, str) else None
 
     def _report(self, err: BurnrateError) -> None:
         if self._on_error is None:
@@ -603,8 +626,10 @@ class Guard:
     - ``allowed``: the call may be made. ``reason`` says why not: ``"paused"`` (the agent or
       its fleet; the client is then paused as after a paused event answer, and a client that
       already knows it is paused refuses without asking), ``"budget"`` or ``"fleet_budget"``
-      (the worst case does not fit; nothing is held), or ``"unreachable"`` (burnrate could
-      not be asked, with ``fail_mode="closed"``). None when allowed.
+      (the worst case does not fit; nothing is held), ``"period_budget"`` or
+      ``"fleet_period_budget"`` (it would take a period of the agent's or its fleet's period
+      budgets over its limit; nothing is held), or ``"unreachable"`` (burnrate could not be
+      asked, with ``fail_mode="closed"``). None when allowed.
     - Burnrate unreachable with ``fail_mode="open"``: allowed without a hold (``hold_id``
       None); the error goes to ``on_error`` and the reports are sent without a hold_id.
     - Report the call with the guard's ``llm_call``, ``from_openai_chat``,
@@ -627,6 +652,7 @@ class Guard:
     worst_case_usd: Optional[float]
     remaining_usd: Optional[float]
     paused_reason: Optional[str]
+    paused_period: Optional[str]
     expires_at: Optional[datetime]
 
     def __init__(self, client: Burnrate, body: Dict[str, Any]) -> None:
@@ -643,6 +669,7 @@ class Guard:
         self.worst_case_usd = None
         self.remaining_usd = None
         self.paused_reason = None
+        self.paused_period = None
         self.expires_at = None
         # _lock guards whether the guard was entered and whether a report settled its hold.
         self._lock = threading.Lock()
@@ -721,19 +748,19 @@ class Guard:
                 self._settled = True
         return go_on
 
-    def _refuse(self, reason: str, paused_reason: Optional[str] = None) -> None:
-        self.allowed, self.reason, self.paused_reason = False, reason, paused_reason
+    def _refuse(self, reason: str, paused_reason: Optional[str] = None, paused_period: Optional[str] = None) -> None:
+        self.allowed, self.reason, self.paused_reason, self.paused_period = False, reason, paused_reason, paused_period
 
     def _acquire(self) -> None:
         """POST /holds for the client's agent; the outcome in the guard's attributes."""
         client = self._client
         if client.paused:
-            self._refuse("paused", client.paused_reason)  # a paused client sends nothing more
+            self._refuse("paused", client.paused_reason, client.paused_period)  # a paused client sends nothing more
             return
         # The hold is judged against the budget this client sets: that goes first.
         config_ok = client._ensure_config()
         if client.paused:
-            self._refuse("paused", client.paused_reason)  # another thread learnt it meanwhile
+            self._refuse("paused", client.paused_reason, client.paused_period)  # another thread learnt it meanwhile
             return
         if not config_ok and client.fail_mode == "closed":
             # Fail-closed goes on only with the budget known to be in place, as send() does.
@@ -767,8 +794,9 @@ class Guard:
         self.held_usd = _usd(answer.get("held_usd")) or 0.0
         self.worst_case_usd = _usd(answer.get("worst_case_usd"))
         self.remaining_usd = _usd(answer.get("remaining_usd"))
-        reason = answer.get("paused_reason")
+        reason, period = answer.get("paused_reason"), answer.get("paused_period")
         self.paused_reason = reason if isinstance(reason, str) else None
+        self.paused_period = period if isinstance(period, str) else None
         at = answer.get("expires_at")
         self.expires_at = datetime.fromisoformat(at.replace("Z", "+00:00")) if isinstance(at, str) else None
 
