@@ -1,11 +1,12 @@
-// One agent (GET /agents/{id} and its hourly buckets): totals and pause state, pause and
-// resume (POST /config/pause), its budget (POST /config), cost by model, and its events of
-// the last 24 h, a page at a time (next_before).
+// One agent (GET /agents/{id} and its hourly buckets): totals, period budgets and pause state,
+// pause and resume (POST /config/pause), its budget (POST /config), cost by model, and its
+// events of the last 24 h, a page at a time (next_before).
 
 import { api, ApiError } from './api.js'
 import { budgetForm } from './budget-form.js'
 import { hourlyChart } from './chart.js'
-import { act, h, int, nano, notice, pauseBadge, pct, REASONS, spendBar, stats, time, usd } from './dom.js'
+import { act, h, int, nano, notice, pauseBadge, pauseState, pct, spendBar, stats, time, usd } from './dom.js'
+import { periodLines } from './periods.js'
 
 export const EVENTS_PAGE = 50
 
@@ -83,12 +84,13 @@ export function agentView(agentId) {
   function render(d) {
     detail = d
     missing.replaceChildren()
-    badge.replaceChildren(pauseBadge(d.is_paused, d.paused_reason))
+    badge.replaceChildren(pauseBadge(d.is_paused, d.paused_reason, d.paused_period))
     toggle.textContent = ownPause() ? 'Resume' : 'Pause'
     toggle.hidden = false
     const budget = d.config?.cost_threshold_usd ?? nano(d.total_cost_usd + d.remaining_usd)
     overview.replaceChildren(
-      h('div', { class: 'spend-line' }, spendBar(d.total_cost_usd, budget, { alerted: d.alerts_reached.length > 0 }), h('span', { class: 'amount' }, `${usd(d.total_cost_usd)} of ${usd(budget)} in the last 24 h`)),
+      h('div', { class: 'spend-line' }, h('span', { class: 'period-name' }, '24 h'), spendBar(d.total_cost_usd, budget, { alerted: d.alerts_reached.length > 0 }), h('span', { class: 'amount' }, `${usd(d.total_cost_usd)} of ${usd(budget)} in the last 24 h`)),
+      ...periodLines(d.periods, { alertAt: d.config?.alert_at ?? [] }),
       stats([
         ['Spent (24 h)', usd(d.total_cost_usd)],
         ['Budget', d.config ? usd(budget) : `${usd(budget)} (default)`],
@@ -96,7 +98,7 @@ export function agentView(agentId) {
         ['Held for calls in flight', usd(d.held_usd)],
         ['LLM calls (24 h)', int(d.llm_calls)],
         ['Runs out at', d.projected_exhaustion_at ? time(d.projected_exhaustion_at) : 'not at this rate'],
-        ['State', d.is_paused ? `paused (${d.paused_reason}: ${REASONS[d.paused_reason] ?? ''})` : 'running'],
+        ['State', pauseState(d.is_paused, d.paused_reason, d.paused_period)],
         d.is_paused && ['Paused at', time(d.paused_at, { seconds: true })],
         ['Alerts reached', d.alerts_reached.length ? d.alerts_reached.map(pct).join(', ') : 'none'],
         d.ignoring_pause && ['Ignoring its pause', h('span', { class: 'badge ignoring' }, `${int(d.ignored_calls)} calls, ${usd(d.ignored_usd)} after the pause`)],

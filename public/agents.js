@@ -1,9 +1,11 @@
-// The agents of the last 24 h (GET /agents): spend against budget, pause state, flags. A
-// fleet may list 10,000 agents: the server filters and orders them and answers one page of
-// 100 at a time; a refresh asks again for the page on screen only.
+// The agents of the last 24 h (GET /agents): spend against budget, pause state, flags (the
+// period budget nearest its limit among them). A fleet may list 10,000 agents: the server
+// filters and orders them and answers one page of 100 at a time; a refresh asks again for the
+// page on screen only.
 
 import { api } from './api.js'
 import { h, int, pauseBadge, pct, spendBar, usd, nano } from './dom.js'
+import { tightestPeriod } from './periods.js'
 
 export const PAGE_SIZE = 100
 
@@ -153,10 +155,11 @@ function row(a) {
     ),
     h('td', { class: 'num' }, usd(a.remaining_usd)),
     h('td', { class: 'num' }, int(a.llm_calls)),
-    h('td', {}, pauseBadge(a.is_paused, a.paused_reason)),
+    h('td', {}, pauseBadge(a.is_paused, a.paused_reason, a.paused_period)),
     h(
       'td',
       { class: 'flags' },
+      tightestPeriod(a.periods),
       a.ignoring_pause ? h('span', { class: 'badge ignoring', title: 'it kept calling the model after its pause' }, 'ignoring pause') : null,
       a.alerts_reached.map((level) => h('span', { class: 'badge alert', title: `its spend reached ${pct(level)} of its budget` }, `≥ ${pct(level)}`)),
     ),

@@ -1,9 +1,11 @@
-// The budget form of an agent (POST /config) or of the fleet (POST /config/fleet). The
-// server judges every value: what it refuses comes back as problem+json, and each of its
-// `errors[]` is shown next to the field it names.
+// The budget form of an agent (POST /config) or of the fleet (POST /config/fleet): the daily
+// budget, alerts, velocity limit and period budgets. The server judges every value: what it
+// refuses comes back as problem+json, and each of its `errors[]` is shown next to the field it
+// names.
 
 import { ApiError } from './api.js'
-import { h, notice } from './dom.js'
+import { h, notice, numeric } from './dom.js'
+import { periodBudgetsEditor } from './period-budgets.js'
 
 const FIELDS = [
   { name: 'cost_threshold_usd', label: 'Daily budget (USD)', hint: 'over a rolling 24 h', mode: 'decimal' },
@@ -13,7 +15,7 @@ const FIELDS = [
 ]
 
 /** The defaults of a new config (docs/api.md, POST /config). */
-const DEFAULTS = { cost_threshold_usd: 10, alert_at: [0.8], auto_resume: false, velocity_limit_usd: null, velocity_window_minutes: 5 }
+const DEFAULTS = { cost_threshold_usd: 10, alert_at: [0.8], auto_resume: false, velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [] }
 
 /**
  * A form that edits a budget. `save(policy)` posts it; `onSaved()` runs after the server
@@ -30,6 +32,11 @@ export function budgetForm({ title, save, onSaved, defaults = DEFAULTS }) {
   })
   inputs.auto_resume = h('input', { id: 'budget-auto_resume', name: 'auto_resume', type: 'checkbox' })
   errors.auto_resume = h('span', { class: 'field-error', role: 'alert' })
+  const periods = periodBudgetsEditor({
+    onChange: () => {
+      dirty = true
+    },
+  })
   const status = h('div', { class: 'form-status' })
   const submit = h('button', { type: 'submit' }, 'Save budget')
   const form = h(
@@ -38,6 +45,7 @@ export function budgetForm({ title, save, onSaved, defaults = DEFAULTS }) {
     h('h2', {}, title),
     rows,
     h('div', { class: 'field check' }, h('label', { for: 'budget-auto_resume' }, inputs.auto_resume, ' Resume on its own once back under budget'), errors.auto_resume),
+    periods.el,
     h('div', { class: 'actions' }, submit, h('button', { type: 'button', class: 'secondary', onclick: () => discard() }, 'Discard changes')),
     status,
   )
@@ -67,20 +75,22 @@ export function budgetForm({ title, save, onSaved, defaults = DEFAULTS }) {
   function read() {
     const policy = { auto_resume: inputs.auto_resume.checked }
     const threshold = inputs.cost_threshold_usd.value.trim()
-    if (threshold !== '') policy.cost_threshold_usd = number(threshold)
+    if (threshold !== '') policy.cost_threshold_usd = numeric(threshold)
     const levels = inputs.alert_at.value.trim()
-    policy.alert_at = levels === '' ? [] : levels.split(/[\s,;]+/).map(number)
+    policy.alert_at = levels === '' ? [] : levels.split(/[\s,;]+/).map(numeric)
     const velocity = inputs.velocity_limit_usd.value.trim()
-    policy.velocity_limit_usd = velocity === '' ? null : number(velocity)
+    policy.velocity_limit_usd = velocity === '' ? null : numeric(velocity)
     const minutes = inputs.velocity_window_minutes.value.trim()
-    if (minutes !== '') policy.velocity_window_minutes = number(minutes)
+    if (minutes !== '') policy.velocity_window_minutes = numeric(minutes)
+    policy.period_budgets = periods.read()
     return policy
   }
 
   function showErrors(err) {
     const unplaced = []
     for (const e of err.errors) {
-      const target = errors[String(e.field).split('.')[0]]
+      const [name, index, ...rest] = String(e.field).split('.')
+      const target = name === 'period_budgets' ? periods.errorFor(index, rest) : errors[name]
       if (target) target.textContent = `${e.field}: ${e.message}`
       else unplaced.push(`${e.field}: ${e.message}`)
     }
@@ -90,6 +100,7 @@ export function budgetForm({ title, save, onSaved, defaults = DEFAULTS }) {
 
   function clearErrors() {
     for (const el of Object.values(errors)) el.textContent = ''
+    periods.clearErrors()
     status.replaceChildren()
   }
 
@@ -105,6 +116,7 @@ export function budgetForm({ title, save, onSaved, defaults = DEFAULTS }) {
     inputs.velocity_limit_usd.value = config.velocity_limit_usd ?? ''
     inputs.velocity_window_minutes.value = config.velocity_window_minutes ?? ''
     inputs.auto_resume.checked = Boolean(config.auto_resume)
+    periods.write(config.period_budgets ?? [])
   }
 
   write(defaults)
@@ -117,10 +129,4 @@ export function budgetForm({ title, save, onSaved, defaults = DEFAULTS }) {
       if (!dirty) write(last)
     },
   }
-}
-
-/** A number when the text is one; the text itself otherwise, for the server to name what is wrong with it. */
-function number(text) {
-  const n = Number(text)
-  return text !== '' && Number.isFinite(n) ? n : text
 }

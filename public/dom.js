@@ -31,6 +31,12 @@ function append(el, children) {
 /** Rounds to the nano-dollar, the unit burnrate accounts in (sums of JSON floats drift). */
 export const nano = (usd) => Math.round(usd * 1e9) / 1e9
 
+/** A number when the text is one; the text itself otherwise, for the server to name what is wrong with it. */
+export function numeric(text) {
+  const n = Number(text)
+  return text !== '' && Number.isFinite(n) ? n : text
+}
+
 const usdFormat = new Intl.NumberFormat(undefined, { style: 'currency', currency: 'USD', minimumFractionDigits: 2, maximumFractionDigits: 4 })
 const intFormat = new Intl.NumberFormat()
 
@@ -67,19 +73,56 @@ export function spendBar(spent, budget, { alerted = false } = {}) {
   )
 }
 
-/** The pause state as a badge: "running", or "paused" with its reason. */
-export function pauseBadge(isPaused, reason) {
+/** The pause state as a badge: "running", or "paused" with its reason ("paused: month budget" for a period's). */
+export function pauseBadge(isPaused, reason, period = null) {
   if (!isPaused) return h('span', { class: 'badge running' }, 'running')
-  return h('span', { class: 'badge paused', title: REASONS[reason] ?? '' }, reason ? `paused: ${reason}` : 'paused')
+  return h('span', { class: 'badge paused', title: reasonText(reason, period) }, reason ? `paused: ${reasonName(reason, period)}` : 'paused')
 }
 
-export const REASONS = {
+/** A pause's state as a sentence's worth: "paused (month budget: its spend this month went over …)". */
+export function pauseState(isPaused, reason, period = null) {
+  return isPaused ? `paused (${reasonName(reason, period)}: ${reasonText(reason, period)})` : 'running'
+}
+
+const REASONS = {
   budget: 'its 24 h spend went over its budget',
   velocity: 'it spent faster than its velocity limit',
   manual: 'paused by hand',
   fleet_budget: "its fleet's 24 h spend went over the fleet budget",
   fleet_velocity: 'its fleet spent faster than the fleet velocity limit',
   fleet_manual: 'its fleet was paused by hand',
+}
+
+// A pause by a period budget names its period (paused_period); the others are named by their reason.
+function reasonName(reason, period) {
+  if (period && reason === 'period_budget') return `${periodName(period)} budget`
+  if (period && reason === 'fleet_period_budget') return `fleet ${periodName(period)} budget`
+  return reason
+}
+
+function reasonText(reason, period) {
+  if (period && reason === 'period_budget') return `its spend ${periodSpan(period)} went over its ${periodName(period)} budget`
+  if (period && reason === 'fleet_period_budget') return `the fleet's spend ${periodSpan(period)} went over its ${periodName(period)} budget`
+  return REASONS[reason] ?? ''
+}
+
+/** A period as the API names it ("day", "week", "month", "window_30d"), for people: "month", "30-day window". */
+export function periodName(period) {
+  const days = windowDays(period)
+  return days === null ? period : `${days}-day window`
+}
+
+/** The span of spend a period holds: "this month", "in the last 30 days". */
+export function periodSpan(period) {
+  const days = windowDays(period)
+  if (days === null) return period === 'day' ? 'today' : `this ${period}`
+  return days === 1 ? 'in the last day' : `in the last ${days} days`
+}
+
+/** A rolling window's length in days ("window_30d": 30); null for a calendar period. */
+export function windowDays(period) {
+  const m = /^window_(\d+)d$/.exec(period)
+  return m ? Number(m[1]) : null
 }
 
 /** A definition list of [label, value] pairs; a value may be a node. */

@@ -1,9 +1,11 @@
 // The fleet (GET /fleet): all of the key's user's agents together, against the fleet budget
-// when there is one (POST /config/fleet), and the fleet-wide pause (POST /config/fleet/pause).
+// and its period budgets when there are some (POST /config/fleet), and the fleet-wide pause
+// (POST /config/fleet/pause).
 
 import { api } from './api.js'
 import { budgetForm } from './budget-form.js'
-import { act, h, int, notice, pauseBadge, pct, REASONS, spendBar, stats, time, usd } from './dom.js'
+import { act, h, int, notice, pauseBadge, pauseState, pct, spendBar, stats, time, usd } from './dom.js'
+import { periodLines } from './periods.js'
 
 const NEW_FLEET = { cost_threshold_usd: null, alert_at: [0.8], auto_resume: false, velocity_limit_usd: null, velocity_window_minutes: 5 }
 
@@ -44,13 +46,14 @@ export function fleetView() {
   function render(f) {
     fleet = f
     const budget = f.cost_threshold_usd
-    badge.replaceChildren(pauseBadge(f.is_paused, f.paused_reason))
+    badge.replaceChildren(pauseBadge(f.is_paused, f.paused_reason, f.paused_period))
     toggle.textContent = f.is_paused ? 'Resume fleet' : 'Pause fleet'
     noBudget.replaceChildren(
       budget === null ? notice('This fleet has no budget: each agent is held only by its own. Set one below to cap all of them together.', 'info') : '',
     )
     overview.replaceChildren(
-      budget === null ? '' : h('div', { class: 'spend-line' }, spendBar(f.total_cost_usd, budget, { alerted: f.alerts_reached.length > 0 }), h('span', { class: 'amount' }, `${usd(f.total_cost_usd)} of ${usd(budget)} in the last 24 h`)),
+      budget === null ? '' : h('div', { class: 'spend-line' }, h('span', { class: 'period-name' }, '24 h'), spendBar(f.total_cost_usd, budget, { alerted: f.alerts_reached.length > 0 }), h('span', { class: 'amount' }, `${usd(f.total_cost_usd)} of ${usd(budget)} in the last 24 h`)),
+      ...periodLines(f.periods, { alertAt: f.config?.alert_at ?? [] }),
       stats([
         ['Spent (24 h)', usd(f.total_cost_usd)],
         ['Budget', budget === null ? 'none' : usd(budget)],
@@ -58,7 +61,7 @@ export function fleetView() {
         ['Held for calls in flight', usd(f.held_usd)],
         ['LLM calls (24 h)', int(f.llm_calls)],
         ['Runs out at', budget === null ? '—' : f.projected_exhaustion_at ? time(f.projected_exhaustion_at) : 'not at this rate'],
-        ['State', f.is_paused ? `paused (${f.paused_reason}: ${REASONS[f.paused_reason] ?? ''})` : 'running'],
+        ['State', pauseState(f.is_paused, f.paused_reason, f.paused_period)],
         f.is_paused && ['Paused at', time(f.paused_at, { seconds: true })],
         f.override && ['Override', 'resumed by hand over budget'],
         ['Alerts reached', f.alerts_reached.length ? f.alerts_reached.map(pct).join(', ') : 'none'],

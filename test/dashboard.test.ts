@@ -35,8 +35,8 @@ interface Watched {
   violations: () => Promise<string[]>
 }
 
-async function open(opts: { fixedTime?: Date; clock?: boolean } = {}): Promise<Watched> {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, locale: 'en-US', timezoneId: 'UTC' })
+async function open(opts: { fixedTime?: Date; clock?: boolean; timezoneId?: string } = {}): Promise<Watched> {
+  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, locale: 'en-US', timezoneId: opts.timezoneId ?? 'UTC' })
   // Init scripts run through the DevTools protocol, outside the page's CSP.
   await context.addInitScript({
     content: `{
@@ -300,6 +300,123 @@ describe.skipIf(SKIP)(SKIP ? SKIPPED : 'the dashboard in a real browser', () => 
     expect((await api('/agents/planner', key)).config.cost_threshold_usd).toBe(25)
     // While the form holds unsaved changes, refreshes leave it alone.
     expect(await threshold.inputValue()).toBe('-1')
+    await closeClean(w)
+  })
+
+  it('sets a month budget and a 30-day window through the form, shows their bars and a pause by the month, and a bad zone beside its field', async () => {
+    const key = await h.key(unique('u'))
+    await seed(key, 'ledger', 1)
+    const w = await open()
+    const { page } = w
+    await signIn(page, key)
+    await page.goto(`${base}#/agents/ledger`)
+    await eventuallyText(page.locator('.spend-line .amount')).toBe('$0.0075 of $10.00 in the last 24 h')
+    expect(await page.locator('.period-line').count()).toBe(0)
+
+    await page.getByRole('button', { name: 'Add calendar period' }).click()
+    const month = page.getByRole('group', { name: 'Calendar period budget' })
+    expect(await month.getByLabel('Period').inputValue()).toBe('month')
+    // The browser's zone (this page's is UTC) as the default.
+    expect(await month.getByLabel('Time zone').inputValue()).toBe('UTC')
+    expect(await month.getByLabel('Time zone').getAttribute('placeholder')).toBe('UTC')
+    // A month has a first day, not a first weekday.
+    expect(await month.getByLabel('Week starts on').isHidden()).toBe(true)
+    expect(await month.getByLabel('Month starts on day').inputValue()).toBe('1')
+    await month.getByLabel('Limit (USD)').fill('0.018')
+    await page.getByRole('button', { name: 'Add rolling window' }).click()
+    const rolling = page.getByRole('group', { name: 'Rolling window budget' })
+    expect(await rolling.getByLabel('Window (days)').inputValue()).toBe('30')
+    await rolling.getByLabel('Limit (USD)').fill('0.05')
+    await page.getByRole('button', { name: 'Save budget' }).click()
+    await visible(page.getByText('Saved.'))
+    expect((await api('/agents/ledger', key)).config.period_budgets).toEqual([
+      { period: 'month', limit_usd: 0.018, time_zone: 'UTC', week_starts: 'monday', month_starts_on: 1 },
+      { period: 'window_30d', window_days: 30, limit_usd: 0.05 },
+    ])
+    const monthLine = page.locator('.period-line[data-period="month"]')
+    const windowLine = page.locator('.period-line[data-period="window_30d"]')
+    await eventuallyText(monthLine.locator('.amount')).toBe('$0.0075 of $0.018 this month')
+    expect(await textOf(windowLine.locator('.amount'))).toBe('$0.0075 of $0.05 in the last 30 days')
+
+    // Two more calls: 0.0225 this month, over its 0.018, which pauses the agent.
+    await seed(key, 'ledger', 2)
+    const detail = await api('/agents/ledger', key)
+    expect(detail).toMatchObject({ is_paused: true, paused_reason: 'period_budget', paused_period: 'month' })
+    await page.reload()
+    await eventuallyText(page.locator('.heading .badge')).toBe('paused: month budget')
+    expect(await page.locator('.heading .badge').getAttribute('title')).toBe('its spend this month went over its month budget')
+    expect(await textOf(page.locator('.stats'))).toContain('paused (month budget: its spend this month went over its month budget)')
+    expect(await textOf(page.locator('.spend-line .amount'))).toBe('$0.0225 of $10.00 in the last 24 h')
+    expect(await textOf(monthLine.locator('.period-name'))).toBe('Month')
+    expect(await textOf(monthLine.locator('.amount'))).toBe('$0.0225 of $0.018 this month')
+    expect(await monthLine.getByRole('meter').getAttribute('aria-valuenow')).toBe('0.0225')
+    expect(await monthLine.locator('.fill').getAttribute('class')).toBe('fill over')
+    // Its end as the API says it, in the page's time.
+    expect(await textOf(monthLine.locator('.period-end'))).toMatch(/^ends \d+\/\d+\/\d+, /)
+    expect(await monthLine.locator('.period-end time').first().getAttribute('datetime')).toBe(detail.periods[0].ends_at)
+    expect(await textOf(windowLine.locator('.period-name'))).toBe('30-day window')
+    expect(await textOf(windowLine.locator('.amount'))).toBe('$0.0225 of $0.05 in the last 30 days')
+    expect(await textOf(windowLine.locator('.period-end'))).toMatch(/^rolling 30 days/)
+    expect(await windowLine.locator('.fill').getAttribute('class')).toBe('fill ok')
+
+    // The list shows the period nearest its limit, and the pause by it.
+    await page.getByRole('link', { name: '← Agents' }).click()
+    await eventuallyText(row(page, 'ledger').locator('.badge.period')).toBe('month 125 %')
+    expect(await row(page, 'ledger').locator('.badge.period').getAttribute('class')).toBe('badge period over')
+    expect(await textOf(row(page, 'ledger').locator('.badge.paused'))).toBe('paused: month budget')
+
+    // A zone the server does not know: refused, the message beside that row's zone, nothing changed.
+    await row(page, 'ledger').getByRole('link').click()
+    await eventuallyText(monthLine.locator('.amount')).toBe('$0.0225 of $0.018 this month')
+    await page.getByRole('button', { name: 'Add calendar period' }).click()
+    const day = page.getByRole('group', { name: 'Calendar period budget' }).nth(1)
+    await day.getByLabel('Period').selectOption('day')
+    expect(await day.getByLabel('Month starts on day').isHidden()).toBe(true)
+    await day.getByLabel('Limit (USD)').fill('1')
+    await day.getByLabel('Time zone').fill('Mars/Olympus_Mons')
+    await page.getByRole('button', { name: 'Save budget' }).click()
+    await eventuallyText(day.locator('[data-field="time_zone"] .field-error')).toBe('period_budgets.2.time_zone: must be an IANA time zone name, such as "Europe/Paris" or "UTC"')
+    expect(await textOf(page.locator('.form-status'))).toBe('Not saved: see the fields above.')
+    expect((await api('/agents/ledger', key)).config.period_budgets).toHaveLength(2)
+
+    // Removed and saved: the window alone is left.
+    await day.getByRole('button', { name: 'Remove' }).click()
+    await month.first().getByRole('button', { name: 'Remove' }).click()
+    await page.getByRole('button', { name: 'Save budget' }).click()
+    await visible(page.getByText('Saved.'))
+    expect((await api('/agents/ledger', key)).config.period_budgets).toEqual([{ period: 'window_30d', window_days: 30, limit_usd: 0.05 }])
+    await expect.poll(() => page.locator('.period-line').count(), WAIT).toBe(1)
+    await closeClean(w)
+  })
+
+  it("sets the fleet's month budget in the browser's zone: the fleet page shows its bar, and its pause names the period on the fleet and its agents", async () => {
+    const key = await h.key(unique('u'))
+    await seed(key, 'one', 1)
+    const w = await open({ timezoneId: 'Europe/Paris' })
+    const { page } = w
+    await signIn(page, key)
+    await page.getByRole('link', { name: 'Fleet' }).click()
+    await visible(page.getByText('This fleet has no budget'))
+    await page.getByLabel('Daily budget (USD)').fill('50')
+    await page.getByRole('button', { name: 'Add calendar period' }).click()
+    const month = page.getByRole('group', { name: 'Calendar period budget' })
+    expect(await month.getByLabel('Time zone').inputValue()).toBe('Europe/Paris')
+    await month.getByLabel('Limit (USD)').fill('0.01')
+    await page.getByRole('button', { name: 'Save budget' }).click()
+    const line = page.locator('.period-line[data-period="month"]')
+    await eventuallyText(line.locator('.amount')).toBe('$0.0075 of $0.01 this month')
+    expect((await api('/fleet', key)).config.period_budgets).toEqual([{ period: 'month', limit_usd: 0.01, time_zone: 'Europe/Paris', week_starts: 'monday', month_starts_on: 1 }])
+
+    await seed(key, 'two', 1)
+    expect(await api('/fleet', key)).toMatchObject({ is_paused: true, paused_reason: 'fleet_period_budget', paused_period: 'month' })
+    await page.reload()
+    await eventuallyText(page.locator('.heading .badge')).toBe('paused: fleet month budget')
+    expect(await textOf(line.locator('.amount'))).toBe('$0.015 of $0.01 this month')
+    await page.getByRole('link', { name: 'Agents' }).click()
+    await eventuallyText(row(page, 'two').locator('.badge.paused')).toBe('paused: fleet month budget')
+    expect(await row(page, 'two').locator('.badge.paused').getAttribute('title')).toBe("the fleet's spend this month went over its month budget")
+    // The agents have no period budget of their own.
+    expect(await row(page, 'two').locator('.badge.period').count()).toBe(0)
     await closeClean(w)
   })
 
