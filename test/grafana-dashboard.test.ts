@@ -108,12 +108,27 @@ async function configure(key: string, path: string, body: Record<string, unknown
 // agents earlier in the month, and some from September (another partition). All are priced
 // by the fallback, so a panel that read them would show it.
 const FILLER = { others: 300_000, history: 200_000, september: 20_000 }
+// Alice's history: one event every 7.776 s from November 1, 00:00 UTC, 0.001 USD each.
+const HISTORY = { start: Date.UTC(2026, 10, 1), stepUs: 7_776_000, nano: 1_000_000 }
+/** The cost of alice's history events in [fromMs, toMs]. */
+function historyNano(fromMs: number, toMs: number): number {
+  const first = Math.max(0, Math.ceil(((fromMs - HISTORY.start) * 1000) / HISTORY.stepUs))
+  const last = Math.min(FILLER.history - 1, Math.floor(((toMs - HISTORY.start) * 1000) / HISTORY.stepUs))
+  return Math.max(0, last - first + 1) * HISTORY.nano
+}
 async function seed() {
   const aliceKey = await h.key(alice)
   const bobKey = await h.key(bob)
 
-  await configure(aliceKey, '/config', { agent_id: 'a1', cost_threshold_usd: 1 }, 10, 5)
+  await configure(aliceKey, '/config', { agent_id: 'a1', cost_threshold_usd: 1, period_budgets: [{ period: 'month', limit_usd: 2 }] }, 10, 5)
   await configure(aliceKey, '/config', { agent_id: 'a3', cost_threshold_usd: 0.01 }, 10, 5)
+  // Month budgets: a1's raised (its newest row counts), a3's in New York from the 20th (the
+  // per-agent panel counts the UTC month all the same), a2's a rolling window only.
+  await configure(aliceKey, '/config', { agent_id: 'a1', period_budgets: [{ period: 'month', limit_usd: 3 }, { window_days: 7, limit_usd: 5 }] }, 10, 6)
+  await configure(aliceKey, '/config', { agent_id: 'a3', period_budgets: [{ period: 'month', limit_usd: 1, time_zone: 'America/New_York', month_starts_on: 20 }] }, 10, 6)
+  await configure(aliceKey, '/config', { agent_id: 'a2', period_budgets: [{ window_days: 30, limit_usd: 1 }] }, 10, 6)
+  // The fleet's month begins at 00:00 in Kolkata on the 10th: 18:30 UTC on the 9th.
+  await configure(aliceKey, '/config/fleet', { cost_threshold_usd: 1000, period_budgets: [{ period: 'month', limit_usd: 400, time_zone: 'Asia/Kolkata', month_starts_on: 10 }] }, 10, 6)
   await send(aliceKey, 10, 10, llmCall('a1'), GPT4O_1000_500)
   await send(aliceKey, 10, 10, llmCall('a1'), GPT4O_1000_500)
   await send(bobKey, 10, 15, llmCall('a1', { output_tokens: 50_000 }), GPT4O_1000_50000)
@@ -143,7 +158,7 @@ async function seed() {
       query_params: { alice },
     })
   await filler(FILLER.others, "concat('filler-', toString(number % 4))", 'f', 50, '2026-11-20 09:00:00', 36_000)
-  await filler(FILLER.history, '{alice:String}', 'h', 100, '2026-11-01 00:00:00', 7_776_000)
+  await filler(FILLER.history, '{alice:String}', 'h', 100, '2026-11-01 00:00:00', HISTORY.stepUs)
   await filler(FILLER.september, '{alice:String}', 's', 3, '2026-09-10 00:00:00', 10_000_000)
   // One part per month, as merges leave a table that has run a while: a part's own time
   // span no longer keeps a query out of it, only the table's keys can.
@@ -232,7 +247,7 @@ describe('provisioning (deploy/grafana/)', () => {
   })
 
   it('gives every panel and query the provisioned data source, a SQL query in the format its panel needs, scoped to $user', () => {
-    expect(dashboard.panels).toHaveLength(6)
+    expect(dashboard.panels).toHaveLength(8)
     for (const p of dashboard.panels) {
       expect(p.datasource, p.title).toEqual(DS)
       expect(p.description, p.title).not.toBe('')
@@ -381,6 +396,63 @@ describe('panels (alice, 10:00-11:30 UTC, every agent)', () => {
   })
 })
 
+describe('month to date against budget', () => {
+  const A1 = 2 * GPT4O_1000_500 + GPT4O_1000_5000
+  const A3 = 2 * GPT4O_1000_500
+  const ALICE = A1 + MINI_1000_500 + A3
+
+  it('per agent: the UTC month to the range end, against the newest month budget; agents without one left out', async () => {
+    const sql = sqlOf(/^Month to date against budget/)
+    expect(panel(/^Month to date against budget/).description).toMatch(/UTC calendar month/)
+    const r = await run(sql, request())
+    expect(columns(r)).toEqual(['agent String', 'spend_usd Float64', 'budget_usd Float64', 'budget_used Float64'])
+    // a1's raised limit (3, not 2); a3's counted from November 1 UTC, not the 20th in New York.
+    expect(r.data).toEqual([
+      { agent: 'a1', spend_usd: usd(A1), budget_usd: 3, budget_used: usd(A1) / 3 },
+      { agent: 'a3', spend_usd: usd(A3), budget_usd: 1, budget_used: usd(A3) },
+    ])
+    // Ending at 10:25: the hour in progress from the events, a1's two calls of 10:10 only.
+    const early = await run(sql, request({ to: at(10, 25) }))
+    expect(early.data).toEqual([
+      { agent: 'a1', spend_usd: usd(2 * GPT4O_1000_500), budget_usd: 3, budget_used: usd(2 * GPT4O_1000_500) / 3 },
+      { agent: 'a3', spend_usd: 0, budget_usd: 1, budget_used: 0 },
+    ])
+    // December 1, 00:30 UTC: a new month, nothing spent in it yet.
+    const december = await run(sql, request({ from: Date.UTC(2026, 11, 1), to: Date.UTC(2026, 11, 1, 0, 30) }))
+    expect(december.data.map((x) => [x.agent, x.spend_usd])).toEqual([
+      ['a1', 0],
+      ['a3', 0],
+    ])
+    expect((await run(sql, request({ top: '1' }))).data.map((x) => x.agent)).toEqual(['a1'])
+    expect((await run(sql, request({ agent: ['a2', 'a3'] }))).data.map((x) => x.agent)).toEqual(['a3'])
+    expect((await run(sql, request({ agent: ['a2'] }))).data).toEqual([])
+    expect((await run(sql, request({ user: bob }))).data).toEqual([])
+  })
+
+  it("fleet: every agent of the user over the fleet's own month, from 00:00 in its zone on its start day", async () => {
+    const sql = sqlOf(/^Fleet month to date/)
+    // November 10, 00:00 in Kolkata: 18:30 UTC on the 9th, in the middle of alice's history.
+    const monthStart = Date.UTC(2026, 10, 9, 18, 30)
+    const r = await run(sql, request())
+    expect(columns(r)).toEqual(['spend_usd Float64', 'budget_usd Float64', 'budget_used Float64', "month_start DateTime('Asia/Kolkata')"])
+    const spent = ALICE + historyNano(monthStart, at(11, 30))
+    expect(historyNano(monthStart, at(11, 30))).toBe(102_546 * HISTORY.nano)
+    expect(r.data).toEqual([{ spend_usd: usd(spent), budget_usd: 400, budget_used: usd(spent) / 400, month_start: '2026-11-10 00:00:00' }])
+    // The fleet's whole spend, whatever agents are picked.
+    expect((await run(sql, request({ agent: ['a2'] }))).data).toEqual(r.data)
+    // Ending at 10:25: the hour in progress from the events.
+    const early = await run(sql, request({ to: at(10, 25) }))
+    expect(early.data[0]!.spend_usd).toBe(usd(2 * GPT4O_1000_500 + MINI_1000_500 + historyNano(monthStart, at(10, 25))))
+    // November 5 is before the 10th: the month that began on October 10 in Kolkata.
+    const fifth = Date.UTC(2026, 10, 5)
+    const october = historyNano(Date.UTC(2026, 9, 9, 18, 30), fifth)
+    const before = await run(sql, request({ from: fifth - HOUR, to: fifth }))
+    expect(before.data).toEqual([{ spend_usd: usd(october), budget_usd: 400, budget_used: usd(october) / 400, month_start: '2026-10-10 00:00:00' }])
+    // No fleet month budget: no row.
+    expect((await run(sql, request({ user: bob }))).data).toEqual([])
+  })
+})
+
 describe('variables', () => {
   it('user: every user with spend in the 30 days before the range ends', async () => {
     const r = await run(variableSql('user'), request())
@@ -423,7 +495,8 @@ describe('reads: bounded by user and time range through the tables’ keys', () 
   ]
 
   it('reads two granules or less per table it reads, not the 520,000 rows of other users and other times', async () => {
-    for (const { name, sql } of everyQuery()) {
+    // The fleet's month to date reads the user's month: its own test below.
+    for (const { name, sql } of everyQuery().filter((q) => !/^Fleet month to date/.test(q.name))) {
       const r = await run(sql, request())
       const tablesRead = sql.match(/\bFROM (events|hourly_cost|pause_transitions|agent_configs)\b/g)!.length
       // A granule is 8,192 rows: the user's rows in the range and the granules at its edges.
@@ -440,6 +513,8 @@ describe('reads: bounded by user and time range through the tables’ keys', () 
       'Share of cost priced by the fallback model',
       'Spend against budget, rolling 24 h (top $top)',
       'Events per minute by type',
+      'Fleet month to date against its month budget',
+      'Month to date against budget, UTC month (top $top)',
     ])
     for (const { name, sql } of eventsQueries) {
       const steps = (await reads(interpolate(sql, request()))).filter((s) => s.Indexes?.some((i) => i.Keys?.includes('timestamp')))
@@ -453,5 +528,17 @@ describe('reads: bounded by user and time range through the tables’ keys', () 
         expect(pk['Selected Granules']!, name).toBeLessThanOrEqual(2)
       }
     }
+  })
+
+  it("reads the user's hourly costs of the fleet's month only, through the (user_id, hour) projection", async () => {
+    const steps = (await reads(interpolate(sqlOf(/^Fleet month to date/), request()))).filter((s) => s.Indexes?.some((i) => i.Keys?.includes('hour')))
+    expect(steps).toHaveLength(1)
+    const pk = steps[0]!.Indexes!.find((i) => i.Type === 'PrimaryKey')!
+    expect(pk.Keys).toEqual(['user_id', 'hour'])
+    expect(pk.Condition).toMatch(/user_id in \[/)
+    // From the month's first whole UTC hour (19:00 on November 9) to the hour in progress, which the events give.
+    expect(pk.Condition).toContain(`hour in [${Date.UTC(2026, 10, 9, 19) / 1000}, +Inf)`)
+    expect(pk.Condition).toContain(`hour in (-Inf, ${at(11, 0) / 1000 - 1}]`)
+    expect(pk['Selected Granules']!).toBeLessThan(pk['Initial Granules']!)
   })
 })
