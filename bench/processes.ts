@@ -315,6 +315,34 @@ export async function configureAgents(url: string, apiKey: string, prefix: strin
   await Promise.all(Array.from({ length: 20 }, worker))
 }
 
+/**
+ * The period budgets of the period-budget phase: a month in a zone with daylight saving and a
+ * rolling 30 days, on every agent and on the fleet, limits no load reaches (none acts).
+ */
+export const PERIOD_BUDGETS = [
+  { period: 'month', limit_usd: 100_000_000, time_zone: 'America/New_York' },
+  { window_days: 30, limit_usd: 100_000_000 },
+]
+
+/**
+ * The phase of a run with period budgets: a user of its own (`apiKey`'s) whose fleet and
+ * agents `<prefix>…` have PERIOD_BUDGETS, every agent made known first (one event each), then
+ * saturation on them. Against the token fields' saturation of the same run.
+ */
+export async function periodBudgetsPhase(
+  url: string,
+  apiKey: string,
+  pid: number | undefined,
+  opts: LoadOptions,
+  prefix: string,
+): Promise<{ cold: LoadSummary; saturation: LoadSummary & { cpuUsPerRequest: number | null; cpuUsPerEvent: number | null } }> {
+  await postJson(url, apiKey, '/config/fleet', { cost_threshold_usd: 100_000_000, period_budgets: PERIOD_BUDGETS })
+  await configureAgents(url, apiKey, prefix, opts.agents, { cost_threshold_usd: 100_000, period_budgets: PERIOD_BUDGETS })
+  const cold = await load(url, apiKey, opts, { agentPrefix: prefix, warmup: 0, load: 'once-per-agent' })
+  const saturation = await withCpu(pid, load(url, apiKey, opts, { agentPrefix: prefix, warmup: 0, load: 'saturation' }))
+  return { cold, saturation }
+}
+
 /** POSTs a JSON body with the key; throws unless it is answered 2xx. */
 export async function postJson(url: string, apiKey: string, path: string, body: unknown): Promise<void> {
   const res = await fetch(new URL(path, url), {

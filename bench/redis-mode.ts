@@ -27,7 +27,7 @@ import type { Redis } from 'ioredis'
 import { startRedis } from '../test/helpers/redis.ts'
 import { startRedisCluster } from '../test/helpers/redis-cluster.ts'
 import type { LoadSummary } from './load.ts'
-import { STORE_ENV, acknowledged, createKey, failures, getJson, halfOf, load, postJson, redisMemory, startBurnrate, stop, storedLlmCalls, unanswered, withCpu, type LoadOptions } from './processes.ts'
+import { STORE_ENV, acknowledged, createKey, failures, getJson, halfOf, load, periodBudgetsPhase, postJson, redisMemory, startBurnrate, stop, storedLlmCalls, unanswered, withCpu, type LoadOptions } from './processes.ts'
 import { loaderFigures, measureMasters, measureRedis, readTrace, sampleScripts, type LoaderFigures, type MasterCost, type RedisCost, type ScriptStat } from './redis-figures.ts'
 
 type Timed = LoadSummary & { cpuUsPerRequest: number | null; cpuUsPerEvent: number | null }
@@ -58,6 +58,8 @@ export interface RedisModeResult extends StoreRunResult {
   scripts: { events: number; byScript: ScriptStat[]; complete: boolean }
   half: LoadSummary
   holds: Timed
+  /** Saturation with a month and a rolling 30 days on every agent and the fleet (a user of its own), and what Redis holds per such agent. */
+  periods: { cold: LoadSummary; saturation: Timed; memory: { agents: number; bytesPerAgent: number } }
   memory: Awaited<ReturnType<typeof redisMemory>>
   coldStart: ColdStartResult
   /** The agent loader's batches (bench/trace-clickhouse.ts) in the cold phases: the run's first, the cold start's new agents, and after FLUSHALL. */
@@ -245,15 +247,20 @@ export async function redisMode(dir: string, opts: LoadOptions & { warmup: numbe
       const memory = await redisMemory(redis.url)
       // Holds store no llm_call: they stay out of stored = acknowledged.
       const holds = await withCpu(t.pid, load(t.url, t.apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', holds: true }))
+      // A month and a rolling 30 days on every agent and the fleet of a user of their own.
+      const periodsKey = await t.createKey('bench-periods', 'bench-periods')
+      const periods = await periodBudgetsPhase(t.url, periodsKey, t.pid, opts, `periods-${agentPrefix}`)
+      const periodsMemory = await periodsRedisMemory(redis.client, opts.agents)
       const coldStart = await flushedColdStart(t, redis.client, opts, `history-${agentPrefix}`, opts.coldAgents)
       const traced = readTrace(trace)
       const loader = (s: LoadSummary) => loaderFigures(traced, s.startedAt, s.endedAt)
       // Last: after the FLUSHALL above, so that nothing of these users' is flushed before the check.
       const { keys, ...users } = await usersPhase(t, redis, opts, `users-${agentPrefix}`)
       return {
-        events: [batch, sample.result, half, ...coldStart.history, coldStart.flushed, users.cold, users.saturation],
+        events: [batch, sample.result, half, periods.cold, periods.saturation, ...coldStart.history, coldStart.flushed, users.cold, users.saturation],
         others: [holds],
-        keys,
+        keys: [...keys, periodsKey],
+        periods: { ...periods, memory: periodsMemory },
         batch,
         batchRedis,
         users,
@@ -338,6 +345,29 @@ async function shippedToClickHouse(t: Target, agentId: string): Promise<number |
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+/**
+ * What Redis holds per agent of the period-budget phase: MEMORY USAGE of every key of its
+ * state (:s, :w, :d), summed over the states whose stored policy has a rolling window (only
+ * that phase's agents and fleet have one) and divided by their number.
+ */
+async function periodsRedisMemory(client: Redis, agents: number): Promise<{ agents: number; bytesPerAgent: number }> {
+  let bytes = 0
+  let found = 0
+  for (let cursor = '0'; ; ) {
+    const [next, keys] = await client.scan(cursor, 'MATCH', `${KEY_PREFIX}*:hs:*:s`, 'COUNT', 1000)
+    for (const key of keys) {
+      if (!(await client.hget(key, 'policy'))?.includes('"windowDays"')) continue
+      const base = key.slice(0, -2)
+      for (const k of [key, `${base}:w`, `${base}:d`]) bytes += (await client.memory('USAGE', k)) ?? 0
+      found++
+    }
+    if (next === '0') break
+    cursor = next
+  }
+  // The fleet's state is among them: one state more than the agents.
+  return { agents: Math.min(found, agents), bytesPerAgent: found === 0 ? 0 : bytes / found }
+}
 
 /** burnrate's CLI starts a process per key: this many at a time. */
 const KEYS_AT_ONCE = 4

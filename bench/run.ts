@@ -44,7 +44,7 @@ import { markdown, writeResults, type Figure } from './results.ts'
 import { BATCH, clusterMode, redisMode, type ClusterModeResult, type RedisModeResult, type StoreRunResult, type UsersResult } from './redis-mode.ts'
 import { REDIS_US_PER_EVENT_TARGET, type LoaderFigures, type MasterCost, type RedisCost, type ScriptStat } from './redis-figures.ts'
 import { writePathFigures, writePathScenario, writePathTable } from './write-path.ts'
-import { NODE, ROOT, START_TIMEOUT_MS, STORE_ENV, acknowledged, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, failures, getJson, postJson, fmt, halfOf, load, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, unanswered, withCpu } from './processes.ts'
+import { NODE, ROOT, START_TIMEOUT_MS, STORE_ENV, acknowledged, beforeExit, bucketQuantile, children, configureAgents, createKey, cutOff, failures, getJson, postJson, fmt, halfOf, load, periodBudgetsPhase, ratio, redisMemory, run, scrape, startBurnrate, stop, storedLlmCalls, table, track, unanswered, withCpu } from './processes.ts'
 import { DEFAULT_AGENTS, type LoadSummary } from './load.ts'
 
 
@@ -384,6 +384,9 @@ async function main(): Promise<number> {
     // A budget hold before each call instead of its event, for the same agents,
     // with a TTL that outlasts the run: every hold granted stays open, and the fleet then
     // holds exactly the worst case of each (checked below).
+    // A month and a rolling 30 days on every agent and the fleet of a user of their own.
+    const periodsKey = await createKey(env, 'bench-periods', 'bench-periods')
+    const bPeriods = await periodBudgetsPhase(burnrate.url, periodsKey, pid, opts, `periods-${agentPrefix}`)
     const heldBefore = (await getJson<{ held_usd: number }>(burnrate.url, apiKey, '/fleet')).held_usd
     const bHolds = await withCpu(pid, load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: 'saturation', holds: true }))
     const heldAfter = (await getJson<{ held_usd: number }>(burnrate.url, apiKey, '/fleet')).held_usd
@@ -403,7 +406,7 @@ async function main(): Promise<number> {
       load(burnrate.url, apiKey, opts, { agentPrefix, warmup: 0, load: { rate: halfOf(bWarm) } }),
       flood(burnrate.url, opts.duration, FLOOD_ADDRESSES),
     ])
-    const stored = (await storedLlmCalls(burnrate.url, apiKey)) + (await storedLlmCalls(burnrate.url, policyKey))
+    const stored = (await storedLlmCalls(burnrate.url, apiKey)) + (await storedLlmCalls(burnrate.url, policyKey)) + (await storedLlmCalls(burnrate.url, periodsKey))
     await stop(burnrate.child, 'burnrate')
     const log = await logStats(logFile)
 
@@ -430,6 +433,7 @@ async function main(): Promise<number> {
         row(`burnrate  saturation, batches of ${BATCH}`, bBatch),
         row('burnrate  saturation, usage objects', bUsage),
         row('burnrate  saturation, every budget rule', bAlerts),
+        row('burnrate  saturation, period budgets', bPeriods.saturation),
         row('burnrate  saturation, POST /holds', bHolds),
         row('burnrate  saturation, token fields again', bFlatAgain),
         row('burnrate  saturation, one hot agent', bHot),
@@ -464,7 +468,11 @@ async function main(): Promise<number> {
     )
     const flatMean = (bWarm.requestsPerSec + bFlatAgain.requestsPerSec) / 2
     const cpuFlat = bWarm.cpuUsPerRequest != null && bFlatAgain.cpuUsPerRequest != null ? (bWarm.cpuUsPerRequest + bFlatAgain.cpuUsPerRequest) / 2 : null
-    for (const [what, b] of [['usage objects', bUsage], ['every budget rule (alerts, fleet, velocity)', bAlerts]] as const) {
+    for (const [what, b] of [
+      ['usage objects', bUsage],
+      ['every budget rule (alerts, fleet, velocity)', bAlerts],
+      ['period budgets (a month and 30 days, agents and fleet)', bPeriods.saturation],
+    ] as const) {
       console.log(
         `${what}: ${ratio(b.requestsPerSec, flatMean)} of the token fields' throughput in this run` +
           ` (the mean of the phases before and after it; target ≥ 0.90)` +
@@ -496,7 +504,7 @@ async function main(): Promise<number> {
 
     // 4. The check: every acknowledged event is stored once; events cut off when autocannon
     //    stopped (sent, unanswered) may or may not have been stored, so they bound the excess.
-    const loads = [bCold, bWarm, bBatch, bUsage, bAlertsCold, bAlerts, bFlatAgain, bHot, bHalf, bFlood, bFloodWide]
+    const loads = [bCold, bWarm, bBatch, bUsage, bAlertsCold, bAlerts, bPeriods.cold, bPeriods.saturation, bFlatAgain, bHot, bHalf, bFlood, bFloodWide]
     const acked = loads.reduce((sum, b) => sum + acknowledged(b), 0)
     const cut = loads.reduce((sum, b) => sum + unanswered(b), 0)
     const excess = stored - acked
@@ -552,10 +560,16 @@ async function main(): Promise<number> {
           storeRow(`saturation, batches of ${BATCH} (requests)`, r.batch, false),
           storeRow(`50 % of saturation (${fmt(r.half.rate ?? 0)} offered)`, r.half, false),
           storeRow('POST /holds, saturation', r.holds, true),
+          storeRow('period budgets, saturation', r.periods.saturation, true),
         ]),
       )
       console.log(batchLine('REDIS_URL', r.batch, r.warm))
       console.log(`REDIS_URL POST /holds: ${ratio(r.holds.requestsPerSec, r.warm.requestsPerSec)} of POST /events' warm throughput (target ≥ 0.80)`)
+      console.log(
+        `REDIS_URL period budgets (a month and 30 days, agents and fleet): ${ratio(r.periods.saturation.requestsPerSec, r.warm.requestsPerSec)} of the warm token fields' throughput (target ≥ 0.90)` +
+          (r.periods.saturation.cpuUsPerRequest != null && r.warm.cpuUsPerRequest != null ? `; burnrate's CPU per request ${fmt(r.periods.saturation.cpuUsPerRequest, 0)} µs against ${fmt(r.warm.cpuUsPerRequest, 0)} µs` : '') +
+          `; Redis holds ${fmt(r.periods.memory.bytesPerAgent)} bytes per such agent (:s, :w and :d, ${fmt(r.periods.memory.agents)} agents)`,
+      )
       console.log(
         `Redis: ${fmt(r.memory.bytesPerAgent)} bytes per agent (${fmt(r.memory.agents)} agents), ${fmt(r.memory.bytesPerId, 1)} bytes per remembered event id (${fmt(r.memory.ids)} ids)`,
       )

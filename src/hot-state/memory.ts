@@ -129,8 +129,9 @@ export class MemoryHotState implements HotState {
     const step = stepEvent(a, f, meters, { costNano: e.costNano, llmCall: e.llmCall, ignored: agent.ignored, graceMs: this.#graceMs }, now)
     agent.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
     fleet.window.add(minute, e.costNano, e.llmCall ? 1 : 0)
-    agent.periods?.add(minute, e.costNano)
-    fleet.periods?.add(minute, e.costNano)
+    // In the minute the window counted it in (an event older than its newest bucket folds into it), as the Redis state does.
+    agent.periods?.add(agent.window.lastMinute!, e.costNano)
+    fleet.periods?.add(fleet.window.lastMinute!, e.costNano)
     agent.pause = a.pause
     agent.ignored = step.ignored
     fleet.pause = f.pause

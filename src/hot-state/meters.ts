@@ -262,6 +262,15 @@ export function budgetMeter(policy: AgentPolicy): Meter | undefined {
 
 /** A period meter's spec as one string (what its tally was counted for), '' for the other kinds: a tally of another spec is not this one's. */
 export function periodKey(m: Pick<Meter, 'period'>): string {
-  if (!m.period) return ''
-  return isCalendar(m.period) ? `${m.period.period} ${m.period.timeZone} ${m.period.weekStarts} ${m.period.monthStartsOn}` : `window ${m.period.windowDays}`
+  const spec = m.period
+  if (!spec) return ''
+  // A policy's specs are shared by its meters and their resolved copies: made once per spec (every event asks).
+  let key = periodKeys.get(spec)
+  if (key === undefined) {
+    key = isCalendar(spec) ? `${spec.period} ${spec.timeZone} ${spec.weekStarts} ${spec.monthStartsOn}` : `window ${spec.windowDays}`
+    periodKeys.set(spec, key)
+  }
+  return key
 }
+
+const periodKeys = new WeakMap<PeriodSpec, string>()

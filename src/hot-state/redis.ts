@@ -248,7 +248,11 @@ export class RedisHotState implements HotState {
           level: m.alertAt[a.level]!,
           totalNano: a.spent,
           thresholdNano: m.limitNano,
-          exhaustionAt: m.period ? periodExhaustionAt(m, a.spent, answer.last_hour ?? 0, now) : s === fleet ? fleetExhausted : exhausted,
+          exhaustionAt: m.period
+            ? periodExhaustionAt(m, a.spent, (s === fleet ? answer.fleet_last_hour : answer.last_hour) ?? 0, now)
+            : s === fleet
+              ? fleetExhausted
+              : exhausted,
           webhookUrl: s.known.policy.webhookUrl,
         }
       }),

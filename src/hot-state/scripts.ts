@@ -85,6 +85,7 @@ const recorded = z.union([
     alerts: list(z.strictObject({ scope: z.string(), meter: z.number().int(), level: z.number().int(), spent: int, version: int })).optional(),
     ignored: z.strictObject({ since: int, calls: int, nano: int, version: int }).optional(),
     fleet_exhausts: int.optional(),
+    fleet_last_hour: int.optional(),
     rate: rate.optional(),
     periods: list(int).optional(),
     last_hour: int.optional(),

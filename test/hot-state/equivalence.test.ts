@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { MemoryHotState } from '../../src/hot-state/memory.ts'
 import { RedisHotState } from '../../src/hot-state/redis.ts'
 import { fleetOf, type AgentRef } from '../../src/hot-state/agent-ref.ts'
-import { DEFAULT_POLICY, type AgentPolicy } from '../../src/hot-state/meters.ts'
+import { DEFAULT_POLICY, type AgentPolicy, type PeriodBudget } from '../../src/hot-state/meters.ts'
+import type { PeriodSpec } from '../../src/periods.ts'
 import { type HotState, type RecordEvent } from '../../src/hot-state/types.ts'
 import { RedisJournal } from '../../src/journal/redis-streams.ts'
 import { SegmentLog } from '../../src/journal/segment-log.ts'
@@ -33,13 +34,22 @@ type RecordOp = { k: 'record'; agent: number; cents: number; llm: boolean; repea
 type Op =
   | RecordOp
   | { k: 'burst'; events: RecordOp[] }
-  | { k: 'config'; target: Target; thresholdCents: number; autoResume: boolean; alertAt: number[]; velocity: { cents: number; minutes: number } | null }
+  | { k: 'config'; target: Target; thresholdCents: number; autoResume: boolean; alertAt: number[]; velocity: { cents: number; minutes: number } | null; periods: PeriodBudget[] }
   | { k: 'pause'; target: Target; paused: boolean }
   | { k: 'hold'; agent: number; cents: number; ttlMinutes: number; retry: number | null }
   | { k: 'release'; hold: number }
   | { k: 'get'; target: Target }
   | { k: 'list' }
   | { k: 'tick'; ms: number }
+
+// Period budgets whose periods the ticks below cross: a day in a half-hour zone, a week across
+// a daylight-saving change, rolling windows of one and two days.
+const PERIOD_SPECS: PeriodSpec[] = [
+  { period: 'day', timeZone: 'Asia/Kolkata', weekStarts: 'monday', monthStartsOn: 1 },
+  { period: 'week', timeZone: 'America/New_York', weekStarts: 'sunday', monthStartsOn: 1 },
+  { windowDays: 1 },
+  { windowDays: 2 },
+]
 
 const target = fc.integer({ min: -1, max: AGENTS.length - 1 })
 const agent = fc.integer({ min: 0, max: AGENTS.length - 1 })
@@ -62,6 +72,13 @@ const op: fc.Arbitrary<Op> = fc.oneof(
       autoResume: fc.boolean(),
       alertAt: fc.subarray([0.5, 0.8, 0.9]),
       velocity: fc.option(fc.record({ cents: limitCents, minutes: fc.integer({ min: 1, max: 10 }) })),
+      periods: fc.oneof(
+        { weight: 2, arbitrary: fc.constant<PeriodBudget[]>([]) },
+        {
+          weight: 1,
+          arbitrary: fc.subarray(PERIOD_SPECS).chain((specs) => fc.tuple(...specs.map((spec) => limitCents.map((c): PeriodBudget => ({ spec, limitNano: c * (USD / 100) })))).map((b): PeriodBudget[] => b)),
+        },
+      ),
     }),
   },
   { weight: 2, arbitrary: fc.record({ k: fc.constant('pause' as const), target, paused: fc.boolean() }) },
@@ -189,6 +206,7 @@ async function apply(s: Store, o: Op, now: number, ids: Ids | Ids[]): Promise<un
         alertAt: o.alertAt,
         velocityLimitNano: o.velocity ? o.velocity.cents * (USD / 100) : null,
         velocityWindowMinutes: o.velocity?.minutes ?? 5,
+        periodBudgets: o.periods,
       }
       answer = await outcome(s.hs.setPolicy(refOf(o.target), policy, now, 'key'))
       break
@@ -261,11 +279,36 @@ describe('the two hot states', () => {
       {
         numRuns: 150,
         examples: [
+          // A rolling window set after the clock stepped back, then a listing.
+          [
+            [
+              { k: 'record', agent: 2, cents: 20, llm: false, repeat: null, settle: null, charged: false },
+              { k: 'tick', ms: -1 },
+              { k: 'config', target: 2, thresholdCents: 50, autoResume: false, alertAt: [], velocity: null, periods: [{ spec: { windowDays: 1 }, limitNano: 500_000_000 }] },
+              { k: 'list' },
+              { k: 'config', target: 0, thresholdCents: 50, autoResume: false, alertAt: [], velocity: null, periods: [] },
+            ],
+          ],
+          // A fleet's first config with a period budget, then its first event: the alert's projection.
+          [
+            [
+              {
+                k: 'config',
+                target: -1,
+                thresholdCents: 50,
+                autoResume: false,
+                alertAt: [0.5],
+                velocity: null,
+                periods: [{ spec: { period: 'day', timeZone: 'Asia/Kolkata', weekStarts: 'monday', monthStartsOn: 1 }, limitNano: 500_000_000 }],
+              },
+              { k: 'record', agent: 0, cents: 40, llm: false, repeat: null, settle: null, charged: false },
+            ],
+          ],
           // An agent asks for the open hold of another agent while its own override could end:
           // the hold is refused before the relaxing rules run, and nothing is journaled.
           [
             [
-              { k: 'config', target: 0, thresholdCents: 200, autoResume: false, alertAt: [], velocity: { cents: 50, minutes: 1 } },
+              { k: 'config', target: 0, thresholdCents: 200, autoResume: false, alertAt: [], velocity: { cents: 50, minutes: 1 }, periods: [] },
               { k: 'record', agent: 0, cents: 100, llm: true, repeat: null, settle: null, charged: false },
               { k: 'pause', target: 0, paused: false },
               { k: 'hold', agent: 1, cents: 10, ttlMinutes: 30, retry: null },

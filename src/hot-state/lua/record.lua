@@ -14,7 +14,7 @@
 -- NEEDS_LOAD, STALE), or {events = [answer…]}: each {limited = its budget} (over its
 -- budget: nothing else of it was done), {error = 'HOLD_OF_ANOTHER_AGENT'} (nothing of it was
 -- applied), or {counted, cost, total, reason, fleet_reason, exhausts, transitions, alerts,
--- ignored, fleet_exhausts (with fleet alerts), rate (its budget), periods and last_hour (the
+-- ignored, fleet_exhausts and fleet_last_hour (with fleet alerts), rate (its budget), periods and last_hour (the
 -- agent's period budgets after it, as read.lua answers them)}.
 local closed = journal_closed(true)
 if closed then return control(closed) end
@@ -85,7 +85,7 @@ local function answer(e, agent, fleet)
       ',"paused_at_ms":' .. fmt(g.since) .. ',"calls":' .. fmt(g.calls) .. ',"cost_nano":' .. fmt(g.nano) .. '}')
     out.ignored = { since = fmt(g.since), calls = fmt(g.calls), nano = fmt(g.nano), version = fmt(version) }
   end
-  if #fleet.fired > 0 then out.fleet_exhausts = exhausts(fleet) end
+  if #fleet.fired > 0 then out.fleet_exhausts, out.fleet_last_hour = exhausts(fleet), fmt(spent_of(fleet, LAST_HOUR, NOW_MINUTE - LAST_HOUR + 1)) end
   local periods = period_answer(agent)
   if periods then out.periods, out.last_hour = periods, fmt(spent_of(agent, LAST_HOUR, NOW_MINUTE - LAST_HOUR + 1)) end
   -- The index scores an agent by its newest minute: only a new bucket can raise it.

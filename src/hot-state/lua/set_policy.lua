@@ -68,7 +68,7 @@ if #starting > 0 then
   for _, m in ipairs(starting) do
     local spent = 0
     if m.rolling then
-      spent = hours_cost(st, hour_of(m.from), hour_of(NOW_MINUTE))
+      spent = hours_cost(st, hour_of(m.from), math.max(hour_of(NOW_MINUTE), hour_of(st.cm)))
     else
       for i = 1, #q, 2 do
         if q[i] * 15 >= m.from and q[i] * 15 < history.cut then spent = spent + q[i + 1] end

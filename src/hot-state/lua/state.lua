@@ -307,7 +307,7 @@ end
 local function begin_period(st, m)
   local spent = 0
   if m.rolling then
-    spent = hours_cost(st, hour_of(m.from), hour_of(NOW_MINUTE))
+    spent = hours_cost(st, hour_of(m.from), math.max(hour_of(NOW_MINUTE), hour_of(st.cm)))
   else
     for _, b in pairs(buckets_between(st, m.from, st.cm)) do spent = spent + b[1] end
   end
