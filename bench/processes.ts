@@ -320,8 +320,8 @@ export async function configureAgents(url: string, apiKey: string, prefix: strin
  * rolling 30 days, on every agent and on the fleet, limits no load reaches (none acts).
  */
 export const PERIOD_BUDGETS = [
-  { period: 'month', limit_usd: 100_000_000, time_zone: 'America/New_York' },
-  { window_days: 30, limit_usd: 100_000_000 },
+  { period: 'month', limit_usd: 1_000_000, time_zone: 'America/New_York' },
+  { window_days: 30, limit_usd: 1_000_000 },
 ]
 
 /**
@@ -336,7 +336,7 @@ export async function periodBudgetsPhase(
   opts: LoadOptions,
   prefix: string,
 ): Promise<{ cold: LoadSummary; saturation: LoadSummary & { cpuUsPerRequest: number | null; cpuUsPerEvent: number | null } }> {
-  await postJson(url, apiKey, '/config/fleet', { cost_threshold_usd: 100_000_000, period_budgets: PERIOD_BUDGETS })
+  await postJson(url, apiKey, '/config/fleet', { cost_threshold_usd: 1_000_000, period_budgets: PERIOD_BUDGETS })
   await configureAgents(url, apiKey, prefix, opts.agents, { cost_threshold_usd: 100_000, period_budgets: PERIOD_BUDGETS })
   const cold = await load(url, apiKey, opts, { agentPrefix: prefix, warmup: 0, load: 'once-per-agent' })
   const saturation = await withCpu(pid, load(url, apiKey, opts, { agentPrefix: prefix, warmup: 0, load: 'saturation' }))

@@ -161,7 +161,7 @@ async function storeRun<S extends Store, M extends MorePhases>(
   await mkdir(join(dir, 'data'), { recursive: true })
   const store = await startStore(join(dir, 'store'))
   try {
-    const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', METRICS_PORT: '0' }
+    const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: join(dir, 'data'), PORT: '0', HOST: '127.0.0.1', METRICS_PORT: '0', CONFIG_RATE_LIMIT: '100000000' }
     for (const name of STORE_ENV) delete env[name]
     Object.assign(env, store.env)
     // Each burnrate its own log: startBurnrate finds the address in the first 'serving' line of the file.

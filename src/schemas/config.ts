@@ -4,7 +4,7 @@ import { isTimeZone, periodName, type PeriodSpec } from '../periods.ts'
 
 const webhookUrl = z.string().max(2048, 'must be at most 2048 characters').nullable()
 
-const limitUsd = z.number().gt(0, 'must be > 0').max(1_000_000_000, 'must be <= 1000000000')
+const limitUsd = z.number().gt(0, 'must be > 0').max(1_000_000, 'must be <= 1000000')
 
 /** A calendar period in a time zone: a day, a week or a month, from local midnight. */
 const calendarBudget = z

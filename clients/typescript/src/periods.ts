@@ -2,7 +2,7 @@ import type { Period, PeriodBudget, PeriodResponse } from './types.js'
 
 /** The server's rules for period_budgets of POST /config (docs/api.md, "Period budgets"). */
 export const MAX_PERIOD_BUDGETS = 4
-export const MAX_PERIOD_LIMIT_USD = 1_000_000_000
+export const MAX_PERIOD_LIMIT_USD = 1_000_000
 const CALENDAR_PERIODS = ['day', 'week', 'month']
 const CALENDAR_FIELDS = new Set(['period', 'limitUsd', 'timeZone', 'weekStarts', 'monthStartsOn'])
 const ROLLING_FIELDS = new Set(['windowDays', 'limitUsd'])

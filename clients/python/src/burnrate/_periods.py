@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, Dict, List, Literal, Mapping, Optional, Sequence, TypedDict, Union
 
 MAX_PERIOD_BUDGETS = 4
-MAX_PERIOD_LIMIT_USD = 1_000_000_000
+MAX_PERIOD_LIMIT_USD = 1_000_000
 _CALENDAR_PERIODS = ("day", "week", "month")
 _CALENDAR_FIELDS = frozenset({"period", "limit_usd", "time_zone", "week_starts", "month_starts_on"})
 _ROLLING_FIELDS = frozenset({"window_days", "limit_usd"})
