@@ -1,7 +1,7 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { isoOrNull, type Clock } from '../clock.ts'
 import { Problem } from '../errors.ts'
-import { budgetMeter, metersOf, periodKey, resolveMeters, type PeriodBudget } from '../hot-state/meters.ts'
+import { budgetMeter, metersOf, periodKey, resolveMeters, type PeriodBudget, type ResolvedMeter } from '../hot-state/meters.ts'
 import type { PeriodHistory } from '../hot-state/period-tallies.ts'
 import { holdingPause, ignoring, levelsReached, pausedPeriodOf, pausedReasonOf } from '../hot-state/policy.ts'
 import { fleetOf, isFleet, type AgentRef } from '../hot-state/agent-ref.ts'
@@ -427,13 +427,35 @@ const NO_PERIODS: readonly never[] = Object.freeze([])
  */
 export function formatPeriods(periods: readonly PeriodSpend[]) {
   if (periods.length === 0) return NO_PERIODS
-  return periods.map(({ meter: m, spentNano, exhaustionAt }) => ({
-    period: periodName(m.period!),
-    spent_usd: nanoToUsd(spentNano),
-    limit_usd: nanoToUsd(m.limitNano),
-    remaining_usd: nanoToUsd(m.limitNano - spentNano),
-    starts_at: new Date(m.from * MINUTE_MS).toISOString(),
-    ends_at: m.endsAt === undefined ? null : new Date(m.endsAt).toISOString(),
-    projected_exhaustion_at: isoOrNull(exhaustionAt),
-  }))
+  return periods.map(({ meter: m, spentNano, exhaustionAt }) => {
+    const shown = shownPeriod(m)
+    return {
+      period: shown.period,
+      spent_usd: nanoToUsd(spentNano),
+      limit_usd: shown.limitUsd,
+      remaining_usd: nanoToUsd(m.limitNano - spentNano),
+      starts_at: shown.startsAt,
+      ends_at: shown.endsAt,
+      projected_exhaustion_at: isoOrNull(exhaustionAt),
+    }
+  })
+}
+
+// What a period shows that changes only with its resolved meter (a minute's, shared by every
+// answer of the policy in it): made once. Formatting the dates per answer was the periods'
+// largest cost on POST /events.
+const shownPeriods = new WeakMap<ResolvedMeter, { period: string; limitUsd: number; startsAt: string; endsAt: string | null }>()
+
+function shownPeriod(m: ResolvedMeter) {
+  let shown = shownPeriods.get(m)
+  if (!shown) {
+    shown = {
+      period: periodName(m.period!),
+      limitUsd: nanoToUsd(m.limitNano),
+      startsAt: new Date(m.from * MINUTE_MS).toISOString(),
+      endsAt: m.endsAt === undefined ? null : new Date(m.endsAt).toISOString(),
+    }
+    shownPeriods.set(m, shown)
+  }
+  return shown
 }
