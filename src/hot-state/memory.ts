@@ -12,7 +12,7 @@ import { HoldBook, holdOfAnotherAgent, type OpenHold } from './holds.ts'
 import { exhaustionAt, periodExhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
 import { RollingWindow } from './minute-buckets.ts'
-import { NO_HISTORY, PeriodTallies, type PeriodHistory } from './period-tallies.ts'
+import { NO_HISTORY, NO_PERIODS, PeriodTallies, type PeriodHistory } from './period-tallies.ts'
 import { agentKey, fleetOf, isFleet, refOf, type AgentRef } from './agent-ref.ts'
 import { agentBudget, defaultPolicy, type AgentPolicy } from './meters.ts'
 import { DEFAULT_IGNORE_GRACE_MS, NOT_IGNORED, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type Ignored, type PeriodSpend, type IgnoredPause, type ListedAgent, type PauseState, type RateCharge, type RateState, type RecordEvent, type RecordInput, type RecordResult, type ReleasedHold, type Restore, type Transition } from './types.ts'
@@ -545,8 +545,6 @@ function startPeriods(entry: AgentEntry, now: number, history: PeriodHistory): v
   }
   ;(entry.periods ??= new PeriodTallies()).begin(meters, entry.window, history)
 }
-
-const NO_PERIODS: readonly PeriodSpend[] = Object.freeze([])
 
 /** What each period of a state's period budgets holds at `now`, and when its limit is reached at the last hour's rate. */
 function periodsOf(entry: AgentEntry, now: number): readonly PeriodSpend[] {

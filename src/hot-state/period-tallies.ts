@@ -1,6 +1,7 @@
 import type { Nano } from '../money.ts'
 import { periodKey, type ResolvedMeter } from './meters.ts'
 import type { RollingWindow } from './minute-buckets.ts'
+import type { PeriodSpend } from './types.ts'
 
 /**
  * What the stored events say a state spent before minute `cut`, for the period budgets it
@@ -69,11 +70,6 @@ export class PeriodTallies {
     this.#dropHoursBefore(rollingFrom)
   }
 
-  /** Whether it keeps any tally. */
-  get empty(): boolean {
-    return this.#tallies.size === 0
-  }
-
   /**
    * What `m`'s period holds at the moment `m` was resolved for (its tally moved on there
    * first); `window` is the state's 24 h window, moved on to that moment.
@@ -133,19 +129,28 @@ export class PeriodTallies {
 
   /** The hours from `fromMinute` on, from the stored spend before the cut and the window's after it. */
   #rebuildHours(fromMinute: number, window: RollingWindow, history: PeriodHistory): void {
-    const byHour = new Map<number, Nano>()
-    const q = history.quarters
-    for (let i = 0; i < q.length; i += 2) {
-      if (q[i]! * 15 < fromMinute || q[i]! * 15 >= history.cut) continue
-      const hour = Math.floor(q[i]! / 4)
-      byHour.set(hour, (byHour.get(hour) ?? 0) + q[i + 1]!)
-    }
+    const byHour = storedHours(history, fromMinute)
     const h = window.hoursSince(Math.max(fromMinute, history.cut))
     for (let i = 0; i < h.length; i += 2) byHour.set(h[i]!, (byHour.get(h[i]!) ?? 0) + h[i + 1]!)
     this.#hours.length = 0
     for (const hour of [...byHour.keys()].sort((a, b) => a - b)) this.#hours.push(hour, byHour.get(hour)!)
   }
 }
+
+/** The stored spend (before the history's cut) per UTC hour from minute `from` on (a multiple of 15). */
+export function storedHours(history: PeriodHistory, from: number): Map<number, Nano> {
+  const byHour = new Map<number, Nano>()
+  const q = history.quarters
+  for (let i = 0; i < q.length; i += 2) {
+    if (q[i]! * 15 < from || q[i]! * 15 >= history.cut) continue
+    const hour = Math.floor(q[i]! / 4)
+    byHour.set(hour, (byHour.get(hour) ?? 0) + q[i + 1]!)
+  }
+  return byHour
+}
+
+/** Each period of a state without period budgets: none, one list shared by every snapshot. */
+export const NO_PERIODS: readonly PeriodSpend[] = Object.freeze([])
 
 /** The stored spend (before the history's cut) from minute `from` on. */
 export function storedSince(history: PeriodHistory, from: number): Nano {

@@ -9,7 +9,7 @@ import { NO_REPLICA_WAIT, durably, whileSlotMoves, type RedisClient, type Replic
 import { agentKeyId, eventFingerprint, partitionTag, userKeyId } from '../storage/redis-keys.ts'
 import { minuteOf } from '../rolling-day.ts'
 import { holdOfAnotherAgent } from './holds.ts'
-import { NO_HISTORY, storedSince, type PeriodHistory } from './period-tallies.ts'
+import { NO_HISTORY, NO_PERIODS, storedHours, storedSince, type PeriodHistory } from './period-tallies.ts'
 import { periodExhaustionAt } from './projection.ts'
 import { budgetMeter, metersOf, pauseReasonOf, resolveMeters, type ResolvedMeter } from './meters.ts'
 import { holdRoom, levelsReached, pausedBy, type Judged } from './policy.ts'
@@ -664,8 +664,6 @@ interface StateNames {
   keyId: string
 }
 
-const NO_PERIODS: readonly PeriodSpend[] = Object.freeze([])
-
 /**
  * A loaded state's periods (lua/load.lua): what each holds, from the stored spend before the
  * history's cut and the loaded minutes (all from the cut on), and its rolling windows' cost per
@@ -680,9 +678,7 @@ function loadedPeriods(meters: readonly ResolvedMeter[], minutes: ReadonlyArray<
     if ('windowDays' in m.period) oldest = Math.min(oldest, m.from)
   }
   if (oldest === Infinity) return { spent, hours: [] }
-  const byHour = new Map<number, number>()
-  const q = history.quarters
-  for (let i = 0; i < q.length; i += 2) if (q[i]! * 15 >= oldest && q[i]! * 15 < history.cut) byHour.set(Math.floor(q[i]! / 4), (byHour.get(Math.floor(q[i]! / 4)) ?? 0) + q[i + 1]!)
+  const byHour = storedHours(history, oldest)
   for (const b of minutes.slice(0, -1)) if (b.minute >= oldest) byHour.set(Math.floor(b.minute / 60), (byHour.get(Math.floor(b.minute / 60)) ?? 0) + b.costNano)
   return { spent, hours: [...byHour].flat() }
 }
