@@ -4,7 +4,10 @@
  * production runs it), one user's `--agents` agents each configured with every rule (five
  * alert levels, a daily budget, a velocity limit) and the user's fleet the same, then
  * `--events` events with a fresh event id each, `--concurrency` in flight, the agents in
- * turn. Between the warmup and the measured events Redis's counters are reset, so:
+ * turn. A second user's agents and fleet have the same rules and two period budgets more (a
+ * calendar month in America/New_York and a rolling 30 days); the rounds alternate between the
+ * two users, so each figure with periods has one without beside it, measured in the same run.
+ * Between the warmup and the measured events Redis's counters are reset, so:
  *
  * - Redis µs per event: INFO commandstats, the usec of every script call (EVALSHA, EVAL)
  *   divided by the events recorded;
@@ -42,6 +45,7 @@ const rounds = Number(values.rounds)
 
 const USD = 1_000_000_000
 const USER = 'bench'
+const PERIODS_USER = 'bench-periods'
 const redis = await startRedis()
 const journal = new RedisJournal({ redis: redis.redis, instance: 'bench', partitions: 16, maxRows: 100_000_000 })
 await journal.register()
@@ -60,24 +64,34 @@ const every = (thresholdUsd: number): AgentPolicy => ({
   velocityLimitNano: thresholdUsd * USD,
   velocityWindowMinutes: 60,
 })
+// The same with a month and 30 days no load reaches.
+const withPeriods = (thresholdUsd: number): AgentPolicy => ({
+  ...every(thresholdUsd),
+  periodBudgets: [
+    { spec: { period: 'month', timeZone: 'America/New_York', weekStarts: 'monday', monthStartsOn: 1 }, limitNano: thresholdUsd * USD },
+    { spec: { windowDays: 30 }, limitNano: thresholdUsd * USD },
+  ],
+})
 const now = () => Date.now()
-await hs.setPolicy({ userId: USER, agentId: '' }, every(1_000_000), now(), 'bench')
-for (let i = 0; i < agents; i++) await hs.setPolicy({ userId: USER, agentId: `agent-${i}` }, every(100_000), now(), 'bench')
+for (const [user, policy] of [[USER, every], [PERIODS_USER, withPeriods]] as const) {
+  await hs.setPolicy({ userId: user, agentId: '' }, policy(1_000_000), now(), 'bench')
+  for (let i = 0; i < agents; i++) await hs.setPolicy({ userId: user, agentId: `agent-${i}` }, policy(100_000), now(), 'bench')
+}
 
 let next = 0
-function event(): RecordEvent {
+function event(user: string): RecordEvent {
   const agentId = `agent-${next++ % agents}`
   const at = now()
   const eventId = randomUUID()
   return {
-    userId: USER,
+    userId: user,
     agentId,
     eventId,
     costNano: 7_500_000,
     llmCall: true,
     at,
     row: {
-      user_id: USER,
+      user_id: user,
       agent_id: agentId,
       timestamp: toChDateTime64us(at * 1000),
       event_id: eventId,
@@ -95,12 +109,12 @@ function event(): RecordEvent {
   }
 }
 
-async function drive(state: HotState, n: number): Promise<number> {
+async function drive(state: HotState, user: string, n: number): Promise<number> {
   let left = n
   const started = performance.now()
   await Promise.all(
     Array.from({ length: concurrency }, async () => {
-      while (left-- > 0) await state.record(event(), now())
+      while (left-- > 0) await state.record(event(user), now())
     }),
   )
   return performance.now() - started
@@ -121,18 +135,20 @@ await redis.redis.config('SET', 'auto-aof-rewrite-percentage', '0')
 const trimJournal = async () => {
   for (let p = 0; p < 16; p++) await redis.redis.xtrim(journal.streamKey(p), 'MAXLEN', 0)
 }
-await drive(hs, Math.min(events, agents * 5)) // warmup: every agent known, the JIT warm
-const rows = [['round', 'events/s', 'script calls', 'Redis µs/event (commandstats)', 'Redis CPU µs/event', 'client CPU µs/event']]
-for (let r = 1; r <= rounds; r++) {
+// Warmup: every agent known, the JIT warm.
+for (const user of [USER, PERIODS_USER]) await drive(hs, user, Math.min(events, agents * 5))
+const rows = [['round', 'periods', 'events/s', 'script calls', 'Redis µs/event (commandstats)', 'Redis CPU µs/event', 'client CPU µs/event']]
+for (let r = 1; r <= rounds * 2; r++) {
+  const user = r % 2 === 1 ? USER : PERIODS_USER
   await trimJournal()
   await redis.redis.config('RESETSTAT')
   const cpu0 = redisCpu()
   const client0 = process.cpuUsage()
-  const ms = await drive(hs, events)
+  const ms = await drive(hs, user, events)
   const client = process.cpuUsage(client0)
   const cpu = redisCpu() - cpu0
   const s = scriptUsec(await info('commandstats'))
-  rows.push([String(r), fmt(events / (ms / 1000)), fmt(s.calls), fmt(s.usec / events, 1), fmt((cpu * 1e6) / events, 1), fmt((client.user + client.system) / events, 1)])
+  rows.push([String(Math.ceil(r / 2)), user === PERIODS_USER ? 'month + 30 d' : 'none', fmt(events / (ms / 1000)), fmt(s.calls), fmt(s.usec / events, 1), fmt((cpu * 1e6) / events, 1), fmt((client.user + client.system) / events, 1)])
 }
 console.log(table(rows))
 await hs.close()

@@ -341,7 +341,7 @@ export class RedisHotState implements HotState {
         ...this.#head(now),
         ...this.#statesArgs(call),
         policy: JSON.stringify(next),
-        new_meters: luaMeters(meters),
+        new_meters: luaMeters(meters).lua,
         version: row.version,
         shown: row.shown,
         actor,
@@ -492,10 +492,14 @@ export class RedisHotState implements HotState {
    * its daily budget (the projection's) and, for a fleet, its user's agent index.
    */
   #statesArgs(states: readonly CallState[]): { base: string; meters: LuaMeter[][]; states: StateArgs[] } {
-    const lists: Array<readonly ResolvedMeter[]> = []
+    // Each list once by its content: agents configured alike (every agent a client starts
+    // with the same config) share one, and the script decodes it once, not once per state.
+    const lists: LuaMeter[][] = []
+    const indexOf = new Map<string, number>()
     const args = states.map((s): StateArgs => {
-      let i = lists.indexOf(s.meters)
-      if (i < 0) i = lists.push(s.meters) - 1
+      const { lua, key } = luaMeters(s.meters)
+      let i = indexOf.get(key)
+      if (i === undefined) indexOf.set(key, (i = lists.push(lua) - 1))
       return {
         id: s.names.keyId,
         pv: s.known.pv,
@@ -506,7 +510,7 @@ export class RedisHotState implements HotState {
         ...(isFleet(s.ref) ? { index: this.#userNames(s.ref.userId).index } : {}),
       }
     })
-    return { base: states[0]!.names.agentBase, meters: lists.map(luaMeters), states: args }
+    return { base: states[0]!.names.agentBase, meters: lists, states: args }
   }
 
   #lastTime = { ms: Number.NaN, text: '' }
@@ -723,13 +727,13 @@ const MAX_ATTEMPTS = 5
 const DURABLE = true
 
 // A meters list resolved for a minute is reused for that minute (meters.ts): so is its Lua form.
-const luaForms = new WeakMap<readonly ResolvedMeter[], LuaMeter[]>()
+const luaForms = new WeakMap<readonly ResolvedMeter[], { lua: LuaMeter[]; key: string }>()
 
-/** Resolved meters as lua/rules.lua reads them. */
-function luaMeters(meters: readonly ResolvedMeter[]): LuaMeter[] {
-  let lua = luaForms.get(meters)
-  if (!lua) {
-    lua = meters.map((m) => ({
+/** Resolved meters as lua/rules.lua reads them, and that form as text: lists alike in content have the same key. */
+function luaMeters(meters: readonly ResolvedMeter[]): { lua: LuaMeter[]; key: string } {
+  let form = luaForms.get(meters)
+  if (!form) {
+    const lua = meters.map((m): LuaMeter => ({
       id: m.id,
       limit: m.limitNano,
       from: m.from,
@@ -739,9 +743,10 @@ function luaMeters(meters: readonly ResolvedMeter[]): LuaMeter[] {
       ...(m.countsHolds ? { holds: true } : {}),
       ...(m.period ? { tally: tallyCode(m), ...('windowDays' in m.period ? { rolling: true } : {}) } : {}),
     }))
-    luaForms.set(meters, lua)
+    form = { lua, key: JSON.stringify(lua) }
+    luaForms.set(meters, form)
   }
-  return lua
+  return form
 }
 
 /** A budget as a script tells it. */
