@@ -33,6 +33,21 @@ describe('POST /events', () => {
     }
   })
 
+  it('stores the run an event names, and an agent_start without one opens the run its event_id names', async () => {
+    const key = await h.key(unique('u'))
+    const start = (await h.post('/events', { agent_id: 'a', event_type: 'agent_start' }, key)).json()
+    await h.post('/events', llmCall('a', { run_id: start.event_id }), key)
+    await h.post('/events', { agent_id: 'a', event_type: 'agent_start', run_id: 'nightly-42' }, key)
+    await h.post('/events', llmCall('a'), key)
+    const events = (await h.get('/agents/events', key)).json().events
+    expect(events.map((e: { event_type: string; run_id: string | null }) => [e.event_type, e.run_id])).toEqual([
+      ['llm_call', null],
+      ['agent_start', 'nightly-42'],
+      ['llm_call', start.event_id],
+      ['agent_start', start.event_id],
+    ])
+  })
+
   it('prices a model absent from the table at the default model and marks it (rule 3)', async () => {
     const key = await h.key(unique('u'))
     const res = await h.post('/events', llmCall('a', { model: 'acme-unreleased-9000' }), key)

@@ -81,6 +81,10 @@ describe('POST /events rejects an invalid body with a 400 naming the field, and 
     { name: 'metadata over 16 KiB serialized', body: { ...base, metadata: { blob: 'x'.repeat(16 * 1024) } }, field: 'metadata' },
     { name: 'an unknown top-level field', body: { ...base, cost_usd: 0 }, field: 'cost_usd' },
     { name: 'event_id not a UUID', body: { ...base, event_id: 'not-a-uuid' }, field: 'event_id' },
+    { name: "run_id ''", body: { ...base, run_id: '' }, field: 'run_id' },
+    { name: 'run_id of 129 characters', body: { ...base, run_id: 'r'.repeat(129) }, field: 'run_id' },
+    { name: 'run_id with a tab', body: { ...base, run_id: 'r\tun' }, field: 'run_id' },
+    { name: 'run_id a number', body: { ...base, run_id: 7 }, field: 'run_id' },
     {
       name: 'cache_read_tokens + cache_write_tokens > input_tokens',
       body: llmCall('a', { input_tokens: 100, cache_read_tokens: 60, cache_write_tokens: 41 }),
@@ -137,6 +141,7 @@ describe('POST /events accepts the values at the edge of each rule', () => {
     { name: 'cache tokens equal to input_tokens', body: llmCall('a', { input_tokens: 100, cache_read_tokens: 60, cache_write_tokens: 40 }), agent: 'a' },
     { name: 'metadata of exactly 16 KiB serialized', body: { ...base, metadata: { b: 'x'.repeat(16 * 1024 - '{"b":""}'.length) } }, agent: 'a' },
     { name: 'an uppercase UUID event_id', body: { ...base, event_id: randomUUID().toUpperCase() }, agent: 'a' },
+    { name: 'run_id of 128 characters', body: { ...base, run_id: 'r'.repeat(128) }, agent: 'a' },
   ])('$name', async ({ body, agent }) => {
     const key = await h.key(unique('u'))
     const res = await h.post('/events', body, key)

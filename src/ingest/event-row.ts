@@ -43,6 +43,8 @@ export function eventRow(prices: PriceTable, userId: string, eventId: string, e:
     unpriced_quantities: priced.unpriced,
     service_tier: reported ?? '',
     tool_name: e.tool_name ?? null,
+    // An agent_start without a run_id opens the run its own event_id names.
+    run_id: e.run_id ?? (e.event_type === 'agent_start' ? eventId : ''),
     metadata: e.metadata ? JSON.stringify(e.metadata) : '',
     cost_nano: priced.costNano,
     price_fallback: priced.fallback,

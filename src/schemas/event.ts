@@ -9,11 +9,17 @@ const MAX_TOKENS = 1_000_000_000
 // eslint-disable-next-line no-control-regex
 const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
 
-export const agentId = z
+/** An id the client names: 1 to 128 characters, none of them control characters. */
+const clientId = z
   .string()
   .min(1, 'must be 1 to 128 characters')
   .max(128, 'must be 1 to 128 characters')
   .refine((s) => !CONTROL.test(s), 'must not contain control characters')
+
+export const agentId = clientId
+
+/** A run's id: one task of an agent, from its start to its end (the clients make one per start()). */
+export const runId = clientId
 
 export const tokens = z.number().int('must be an integer').min(0, 'must be >= 0').max(MAX_TOKENS, `must be <= ${MAX_TOKENS}`)
 
@@ -49,6 +55,8 @@ export const eventBody = z
     service_tier: z.string().min(1, 'must not be empty').max(64, 'must be at most 64 characters').optional(),
     tool_name: z.string().min(1, 'must not be empty').max(256, 'must be at most 256 characters').nullable().optional(),
     metadata: metadata.optional(),
+    // The run the event belongs to; an agent_start without one opens a run named by its event_id.
+    run_id: runId.optional(),
     // The budget hold this llm_call settles: the hold_id POST /holds answered.
     hold_id: holdId.optional(),
   })

@@ -141,6 +141,7 @@ const storedEvent = z.strictObject({
   unpriced_quantities: z.array(z.string()),
   service_tier: z.string().nullable(),
   tool_name: z.string().nullable(),
+  run_id: z.string().nullable(),
   metadata: z.record(z.string(), z.unknown()),
   cost_usd: usd,
   price_fallback: z.boolean(),

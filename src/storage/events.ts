@@ -25,6 +25,7 @@ const eventRow = z.object({
   unpriced_quantities: z.array(z.string()).default([]),
   service_tier: z.string().default(''),
   tool_name: z.string().nullable(),
+  run_id: z.string().default(''),
   metadata: z.string(),
   cost_nano: int,
   price_fallback: z.coerce.boolean(),
@@ -44,6 +45,7 @@ const storedEvent = eventRow.transform((r) => ({
   unpriced_quantities: r.unpriced_quantities,
   service_tier: r.service_tier === '' ? null : r.service_tier,
   tool_name: r.tool_name,
+  run_id: r.run_id === '' ? null : r.run_id,
   metadata: r.metadata === '' ? {} : (JSON.parse(r.metadata) as Record<string, unknown>),
   cost_nano: r.cost_nano,
   price_fallback: r.price_fallback,
@@ -53,7 +55,7 @@ const storedEvent = eventRow.transform((r) => ({
 export type StoredEvent = z.output<typeof storedEvent>
 
 const EVENT_COLUMNS = `user_id, agent_id, timestamp, event_id, event_type, model, input_tokens, output_tokens,
-  cache_read_tokens, cache_write_tokens, quantities, unpriced_quantities, service_tier, tool_name, metadata, cost_nano, price_fallback`
+  cache_read_tokens, cache_write_tokens, quantities, unpriced_quantities, service_tier, tool_name, run_id, metadata, cost_nano, price_fallback`
 
 /** The user's most recent events across all agents, newest first. */
 export function recentEvents(client: ClickHouseClient, userId: string, limit: number, sinceMs = 0): Promise<StoredEvent[]> {

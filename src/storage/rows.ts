@@ -19,6 +19,8 @@ export interface EventRow {
   /** The provider's service tier, '' when none was reported. */
   service_tier?: string
   tool_name: string | null
+  /** The run the event belongs to, '' for none; absent in rows written before sql/0018. */
+  run_id?: string
   metadata: string
   cost_nano: Nano
   price_fallback: boolean
