@@ -7,6 +7,7 @@ import { fingerprint } from '../../src/hot-state/dedup.ts'
 import { DEFAULT_POLICY } from '../../src/hot-state/meters.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { allConfigs, configRow } from '../../src/storage/configs.ts'
+import { costsByDimension } from '../../src/storage/costs.ts'
 import {
   agentTotals,
   costByModel,
@@ -125,7 +126,7 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
 
   it('stores a batch delivered twice with its token once, in events and in the hourly view', async () => {
     const id = (n: number) => `00000000-0000-4000-a000-${String(n).padStart(12, '0')}`
-    const batch = [row({ event_id: id(1), at: T, agent_id: 'twice' }), row({ event_id: id(2), at: T + 1, agent_id: 'twice' })]
+    const batch = [row({ event_id: id(1), at: T, agent_id: 'twice', metadata: '{"customer":"acme"}' }), row({ event_id: id(2), at: T + 1, agent_id: 'twice' })]
     await insert(client, 'events', batch, 'journal:7:1-2')
     await insert(client, 'events', batch, 'journal:7:1-2') // the crash between INSERT and acknowledgement
     // Another batch whose rows differ but whose hourly sums are the same as the first's.
@@ -133,6 +134,22 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
     expect(await agentTotals(client, 'u', T, 'twice')).toEqual([{ agent_id: 'twice', cost_nano: 400, llm_calls: 4 }])
     const hours = await hourlyCost(client, 'u', 'twice', T - 3_600_000)
     expect(hours.map((h) => [h.cost_nano, h.llm_calls])).toEqual([[400, 4]])
+    // And in the hourly cost of each metadata value (GET /costs).
+    const byCustomer = await costsByDimension(client, 'u', {
+      groupBy: [{ kind: 'metadata', key: 'customer' }],
+      fromMs: Math.floor(T / 3_600_000) * 3_600_000,
+      toMs: Math.floor(T / 3_600_000) * 3_600_000 + 3_600_000,
+      agentIds: ['twice'],
+      models: [],
+      metadata: [],
+      limit: 10,
+      cursor: undefined,
+      format: 'json',
+    })
+    expect(byCustomer.groups.map((g) => [g.values, g.costNano, g.events])).toEqual([
+      [[null], '300', 3],
+      [['acme'], '100', 1],
+    ])
   })
 
   it('inserts rows kept as JSON lines as they are, once per token', async () => {
