@@ -17,6 +17,7 @@ import type { HoldService } from './holds/service.ts'
 import { agentsRoutes } from './routes/agents.ts'
 import { GroupedLocalStore } from './routes/limits.ts'
 import { configRoutes } from './routes/config.ts'
+import { costsRoutes } from './routes/costs.ts'
 import { DASHBOARD_ROUTES, dashboardRoutes } from './routes/dashboard.ts'
 import { eventsRoutes } from './routes/events.ts'
 import { healthRoutes } from './routes/health.ts'
@@ -191,6 +192,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(holdsRoutes(deps.holds, limits))
   await app.register(configRoutes(deps.agents, limits))
   await app.register(agentsRoutes(deps.agents, limits))
+  await app.register(costsRoutes(deps.clickhouse, deps.clock ?? systemClock, limits))
   await app.register(dashboardRoutes())
   await app.register(openapiRoutes())
   return app

@@ -4,12 +4,14 @@ import { PROBLEMS, type ProblemCode } from './errors.ts'
 import { configBody, fleetConfigBody, fleetPauseBody, pauseBody } from './schemas/config.ts'
 import { batchBodyDoc, eventBody } from './schemas/event.ts'
 import { holdBody, holdParams } from './schemas/hold.ts'
+import { costsParams } from './schemas/costs.ts'
 import { agentParams, agentQuery, agentsQuery, auditQuery, eventsQuery, hourlyQuery } from './schemas/query.ts'
 import {
   agentReply,
   agentsReply,
   auditReply,
   batchReply,
+  costsReply,
   eventReply,
   eventsReply,
   fleetPauseReply,
@@ -143,6 +145,17 @@ export const ROUTES: readonly RouteDoc[] = [
     errors: ['invalid_query', 'agent_not_found'],
   },
   { method: 'get', path: '/fleet', summary: "The fleet's 24 h total over all of the user's agents, against its budget", tag: 'read', auth: true, query: eventsQuery.pick({}), reply: fleetReply, errors: ['invalid_query'] },
+  {
+    method: 'get',
+    path: '/costs',
+    summary:
+      'Cost, llm_calls and tokens grouped by one or two of agent, model, day, hour, run and metadata.<key> (group_by, repeated), over whole UTC hours (from, to; the last 24 by default), filtered by agent_id, model and metadata.<key>=<value> (each repeatable: any of the values), highest cost first, paged; format=csv for a report',
+    tag: 'read',
+    auth: true,
+    query: costsParams,
+    reply: costsReply,
+    errors: ['invalid_query'],
+  },
   { method: 'get', path: '/audit', summary: "The user's audit log, newest first (paged)", tag: 'read', auth: true, query: auditQuery, reply: auditReply, errors: ['invalid_query'] },
 ]
 

@@ -118,11 +118,13 @@ describe('the OpenAPI document', () => {
       ['GET', '/agents/{agent_id}', '/agents/nobody'],
       ['GET', '/agents/{agent_id}/hourly', '/agents/a/hourly?hours=3'],
       ['GET', '/fleet', '/fleet'],
+      ['GET', '/costs', '/costs?group_by=metadata.run&group_by=model'],
+      ['GET', '/costs', '/costs?group_by=nope'],
       ['GET', '/audit', '/audit?limit=5'],
       ['GET', '/audit', '/audit?scope=nope'],
     ]
     for (const [method, path, url, body, k] of cases) {
-      if (url.startsWith('/agents') || url.startsWith('/audit') || url === '/fleet') await h.flush()
+      if (url.startsWith('/agents') || url.startsWith('/audit') || url.startsWith('/costs') || url === '/fleet') await h.flush()
       await conforms(method, path, await call(method, url, body, k === undefined ? key : k))
     }
     // Each route was checked, and with its errors as well as its success.

@@ -141,6 +141,19 @@ describe('two users with the same agent_id see only their own data', () => {
     expect(bBody.buckets.at(-1)).toMatchObject({ cost_usd: B_CALL_USD, llm_calls: 1, input_tokens: 1000, output_tokens: 500 })
     expect(sum((await h.get(`/agents/${AGENT}/hourly`, a.key)).json().buckets)).toEqual({ cost: 2 * LLM_CALL_USD, calls: 2 })
   })
+
+  it('GET /costs sums only the caller\'s events, by agent, by model and by run, and filtered by the agent', async () => {
+    const { a, b } = await twoTenants()
+    const groups = async (key: string, query: string) => (await h.get(`/costs?${query}`, key)).json().groups
+    expect(await groups(b.key, 'group_by=agent')).toEqual([{ group: { agent: AGENT }, cost_usd: B_CALL_USD, llm_calls: 1, input_tokens: 1000, output_tokens: 500, events: 2 }])
+    expect(await groups(a.key, `group_by=model&agent_id=${AGENT}`)).toEqual([
+      { group: { model: 'gpt-4o' }, cost_usd: 2 * LLM_CALL_USD, llm_calls: 2, input_tokens: 2000, output_tokens: 1000, events: 2 },
+      { group: { model: null }, cost_usd: 0, llm_calls: 0, input_tokens: 0, output_tokens: 0, events: 1 },
+    ])
+    // B's agent_start opened a run (its event id); A has none.
+    expect((await groups(b.key, 'group_by=run')).map((g: { group: { run: string | null } }) => g.group.run)).toEqual([null, b.eventIds[1]])
+    expect((await groups(a.key, 'group_by=run')).map((g: { group: { run: string | null } }) => g.group.run)).toEqual([null])
+  })
 })
 
 describe('one user\'s writes never change another user\'s agent of the same id', () => {

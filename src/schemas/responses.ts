@@ -178,6 +178,24 @@ export const hourlyReply = z.strictObject({
   buckets: z.array(z.strictObject({ hour: iso, cost_usd: usd, llm_calls: z.number().int(), input_tokens: z.number().int(), output_tokens: z.number().int() })),
 })
 
+export const costsReply = z.strictObject({
+  from: iso,
+  to: iso,
+  group_by: z.array(z.string()),
+  groups: z.array(
+    z.strictObject({
+      // Each dimension's value, by its name in group_by; null: the events without it.
+      group: z.record(z.string(), z.string().nullable()),
+      cost_usd: usd,
+      llm_calls: z.number().int(),
+      input_tokens: z.number().int(),
+      output_tokens: z.number().int(),
+      events: z.number().int(),
+    }),
+  ),
+  next_cursor: z.string().nullable(),
+})
+
 export const fleetReply = z.strictObject({
   total_cost_usd: usd,
   llm_calls: z.number().int(),
