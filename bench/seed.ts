@@ -5,12 +5,15 @@
  * HTTP API. Embedded (a DATA_DIR burnrate is not running on: one process may open it) or a
  * ClickHouse server (CLICKHOUSE_URL).
  *
- *   node bench/seed.ts --data-dir DIR [--events 10000000] [--agents 10000] [--user bench] [--agent-prefix history-agent-]
+ *   node bench/seed.ts --data-dir DIR [--events 10000000] [--agents 10000] [--user bench] [--agent-prefix history-agent-] [--run-events 0]
  *
  * Every event has a client event_id (a UUID), gpt-4o, 1,000 input and 500 output tokens and
  * the cost burnrate's price table gives them; timestamps are spaced evenly from 24 h ago
- * (plus two minutes, so none leaves the window while the scenario starts) to now. The
- * tables are merged (OPTIMIZE … FINAL) before it returns.
+ * (plus two minutes, so none leaves the window while the scenario starts) to now. With
+ * `--run-events N`, each agent's events are runs of N in a row (run id
+ * `<agent>-run-<k>`), the first of each an agent_start and the last an agent_end (N ≥ 2):
+ * 10 M events in runs of 100 are 100,000 runs. The tables are merged (OPTIMIZE … FINAL)
+ * before it returns.
  */
 import { resolve } from 'node:path'
 import { parseArgs } from 'node:util'
@@ -27,6 +30,8 @@ export interface SeedOptions {
   agents: number
   user: string
   agentPrefix: string
+  /** Events per run (each agent's in a row); 0: no runs, every event an llm_call. */
+  runEvents?: number
 }
 
 export async function seed(env: NodeJS.ProcessEnv, o: SeedOptions, now = Date.now()): Promise<{ seconds: number }> {
@@ -38,22 +43,29 @@ export async function seed(env: NodeJS.ProcessEnv, o: SeedOptions, now = Date.no
     const costNano = createPriceTable().cost('gpt-4o', { input_tokens: 1000, output_tokens: 500 }).costNano
     const spanUs = (24 * 3600 - 120) * 1_000_000
     const endUs = now * 1000
+    const runEvents = o.runEvents ?? 0
     for (let from = 0; from < o.events; from += CHUNK) {
       const n = Math.min(CHUNK, o.events - from)
       await client.command({
         query: `INSERT INTO events (user_id, agent_id, timestamp, event_id, event_type, model, input_tokens, output_tokens,
-                  cache_read_tokens, cache_write_tokens, quantities, unpriced_quantities, service_tier, tool_name, metadata, cost_nano, price_fallback)
-                SELECT {user:String}, concat({prefix:String}, toString(i % {agents:UInt64})),
+                  cache_read_tokens, cache_write_tokens, quantities, unpriced_quantities, service_tier, tool_name, run_id, metadata, cost_nano, price_fallback)
+                SELECT {user:String}, agent,
                        fromUnixTimestamp64Micro(toInt64({end:Int64} - {span:Int64} + intDiv(i * {span:Int64}, {total:UInt64})), 'UTC'),
-                       generateUUIDv4(i), 'llm_call', 'gpt-4o', 1000, 500, 0, 0,
-                       map('input_tokens', 1000, 'output_tokens', 500), [], '', NULL, '', {cost:Int64}, false
-                FROM (SELECT number + {from:UInt64} AS i FROM numbers({n:UInt64}))`,
-        query_params: { user: o.user, prefix: o.agentPrefix, agents: o.agents, end: endUs, span: spanUs, total: o.events, from, n, cost: costNano },
+                       generateUUIDv4(i), type, if(llm, 'gpt-4o', ''), 1000 * llm, 500 * llm, 0, 0,
+                       if(llm, map('input_tokens', 1000, 'output_tokens', 500), map()), [], '', NULL,
+                       if({runs:UInt64} = 0, '', concat(agent, '-run-', toString(intDiv(k, n_run)))), '', {cost:Int64} * llm, false
+                FROM (
+                  SELECT number + {from:UInt64} AS i, concat({prefix:String}, toString(i % {agents:UInt64})) AS agent,
+                         intDiv(i, {agents:UInt64}) AS k, greatest({runs:UInt64}, 1) AS n_run,
+                         multiIf({runs:UInt64} < 2, 'llm_call', k % n_run = 0, 'agent_start', k % n_run = n_run - 1, 'agent_end', 'llm_call') AS type,
+                         toUInt8(type = 'llm_call') AS llm
+                  FROM numbers({n:UInt64}))`,
+        query_params: { user: o.user, prefix: o.agentPrefix, agents: o.agents, end: endUs, span: spanUs, total: o.events, from, n, cost: costNano, runs: runEvents },
       })
     }
     // Settled as a long-running store's parts would be, so that the scenarios do not measure
     // the engine merging the seed's parts in the background.
-    for (const table of ['events', 'hourly_cost']) await client.command({ query: `OPTIMIZE TABLE ${table} FINAL` })
+    for (const table of ['events', 'hourly_cost', 'runs']) await client.command({ query: `OPTIMIZE TABLE ${table} FINAL` })
     return { seconds: (performance.now() - started) / 1000 }
   } finally {
     await client.close()
@@ -68,6 +80,7 @@ async function main(): Promise<void> {
       agents: { type: 'string' },
       user: { type: 'string' },
       'agent-prefix': { type: 'string' },
+      'run-events': { type: 'string' },
     },
     strict: true,
   })
@@ -79,9 +92,11 @@ async function main(): Promise<void> {
     agents: Number(values.agents ?? 10_000),
     user: values.user ?? 'bench',
     agentPrefix: values['agent-prefix'] ?? 'history-agent-',
+    runEvents: Number(values['run-events'] ?? 0),
   }
   if (!Number.isSafeInteger(o.events) || o.events < 1) throw new Error('--events must be a whole number of at least 1')
   if (!Number.isSafeInteger(o.agents) || o.agents < 1) throw new Error('--agents must be a whole number of at least 1')
+  if (!Number.isSafeInteger(o.runEvents) || o.runEvents! < 0) throw new Error('--run-events must be a whole number of at least 0')
   const { seconds } = await seed(env, o)
   console.log(JSON.stringify({ ...o, seconds }))
 }

@@ -86,6 +86,29 @@ export function agentEvents(
   )
 }
 
+/**
+ * One run's events, newest first, before the `before` timestamp (a page cursor): of the
+ * agents that sent its events and within its first and last event's times, which the
+ * table's primary key (user_id, agent_id, timestamp, …) narrows to, so only the run's span
+ * of those agents is read, never the user's history.
+ */
+export function runEvents(
+  client: ClickHouseClient,
+  q: { userId: string; runId: string; agentIds: readonly string[]; fromUs: number; untilUs: number; before: string | undefined; limit: number },
+): Promise<StoredEvent[]> {
+  return select(
+    client,
+    `SELECT ${EVENT_COLUMNS} FROM events
+     WHERE user_id = {user:String} AND agent_id IN {agents:Array(String)}
+       AND timestamp >= fromUnixTimestamp64Micro({from:Int64}) AND timestamp <= fromUnixTimestamp64Micro({until:Int64})
+       ${q.before === undefined ? '' : "AND timestamp < parseDateTime64BestEffort({before:String}, 6, 'UTC')"}
+       AND run_id = {run:String}
+     ORDER BY timestamp DESC, event_id DESC LIMIT {limit:UInt32}`,
+    { user: q.userId, agents: [...q.agentIds], from: q.fromUs, until: q.untilUs, before: q.before, run: q.runId, limit: q.limit },
+    storedEvent,
+  )
+}
+
 const agentTotalRow = z.object({ agent_id: z.string(), cost_nano: int, llm_calls: int })
 export type AgentTotal = z.output<typeof agentTotalRow>
 
