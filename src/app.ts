@@ -4,6 +4,7 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import rateLimit from '@fastify/rate-limit'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
 import type { AgentService } from './agents/service.ts'
+import type { RunService } from './runs/service.ts'
 import type { ApiKeys } from './auth/api-keys.ts'
 import { AuthFailures } from './auth/failures.ts'
 import { systemClock, type Clock } from './clock.ts'
@@ -15,6 +16,7 @@ import { JournalFullError, type JournalStatus } from './journal/types.ts'
 import type { IngestService } from './ingest/service.ts'
 import type { HoldService } from './holds/service.ts'
 import { agentsRoutes } from './routes/agents.ts'
+import { runsRoutes } from './routes/runs.ts'
 import { GroupedLocalStore } from './routes/limits.ts'
 import { configRoutes } from './routes/config.ts'
 import { costsRoutes } from './routes/costs.ts'
@@ -47,6 +49,7 @@ export interface AppDeps {
   ingest: IngestService
   holds: HoldService
   agents: AgentService
+  runs: RunService
   keys: ApiKeys
   /** The time failed authentications are counted by (tests step it). */
   clock?: Clock
@@ -193,6 +196,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(configRoutes(deps.agents, limits))
   await app.register(agentsRoutes(deps.agents, limits))
   await app.register(costsRoutes(deps.clickhouse, deps.clock ?? systemClock, limits))
+  await app.register(runsRoutes(deps.runs, limits))
   await app.register(dashboardRoutes())
   await app.register(openapiRoutes())
   return app

@@ -7,6 +7,24 @@ const bool = z
   .transform((v) => v === 'true' || v === '1' || v === 'yes')
 
 const port = z.coerce.number().int().min(0).max(65535)
+
+const DURATION_UNITS_MS = { m: 60_000, h: 3_600_000, d: 86_400_000 } as const
+const MAX_DURATION_MS = 366 * DURATION_UNITS_MS.d
+
+/**
+ * A duration as an operator writes it: a number of hours ("24", "1.5"), or a number with a
+ * unit, m (minutes), h (hours) or d (days): "90m", "36h", "7d". At least a minute, at most
+ * 366 days. In milliseconds.
+ */
+export const duration = z.string().transform((s, ctx) => {
+  const m = /^(\d+(?:\.\d+)?)\s*([mhd]?)$/.exec(s.trim())
+  const ms = m ? Math.round(Number(m[1]) * DURATION_UNITS_MS[(m[2] || 'h') as keyof typeof DURATION_UNITS_MS]) : Number.NaN
+  if (!(ms >= DURATION_UNITS_MS.m && ms <= MAX_DURATION_MS)) {
+    ctx.addIssue({ code: 'custom', message: 'must be hours ("24") or a number with a unit m, h or d ("90m", "36h", "7d"), from 1 minute to 366 days' })
+    return z.NEVER
+  }
+  return ms
+})
 const positiveInt = z.coerce.number().int().positive()
 
 /** Every environment variable burnrate reads, parsed once at start-up; its keys are their names. */
@@ -55,6 +73,8 @@ export const envSchema = z.object({
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(5000),
   AUTH_FAILURES_PER_MINUTE: positiveInt.default(30),
   PAUSE_GRACE_MS: z.coerce.number().int().min(0).default(60_000),
+  // A run with no agent_end whose last event is older than this is shown as abandoned.
+  RUN_ABANDONED_AFTER: duration.default(24 * DURATION_UNITS_MS.h),
   TRUST_PROXY: bool.default(false),
   METRICS_PORT: port.optional(),
   // Replicas that must hold a write before it is answered (WAIT), and how long to wait.
@@ -129,6 +149,8 @@ export interface Config {
   readonly keyCacheTtlMs: number
   /** How long after a pause an agent's llm_calls may still arrive (in flight) before it counts as ignoring it. */
   readonly pauseGraceMs: number
+  /** How long a run without an agent_end may go without an event before it is shown as abandoned (RUN_ABANDONED_AFTER). */
+  readonly runAbandonedAfterMs: number
   /** Failed authentications a client address may make per minute before 429 (per instance). */
   readonly authFailuresPerMinute: number
   readonly trustProxy: boolean
@@ -170,6 +192,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     ship: { intervalMs: e.SHIP_INTERVAL_MS, maxRows: e.SHIP_MAX_ROWS },
     keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
     pauseGraceMs: e.PAUSE_GRACE_MS,
+    runAbandonedAfterMs: e.RUN_ABANDONED_AFTER,
     authFailuresPerMinute: e.AUTH_FAILURES_PER_MINUTE,
     trustProxy: e.TRUST_PROXY,
     metricsPort: e.METRICS_PORT,

@@ -9,6 +9,7 @@ export const PROBLEMS = {
   unauthorized: { status: 401, title: 'A valid x-api-key header is required' },
   agent_not_found: { status: 404, title: 'No such agent' },
   hold_not_found: { status: 404, title: 'No such open budget hold' },
+  run_not_found: { status: 404, title: 'No such run' },
   not_found: { status: 404, title: 'No such route' },
   method_not_allowed: { status: 405, title: 'Method not allowed' },
   payload_too_large: { status: 413, title: 'The request body is too large' },

@@ -6,6 +6,7 @@ import { batchBodyDoc, eventBody } from './schemas/event.ts'
 import { holdBody, holdParams } from './schemas/hold.ts'
 import { costsParams } from './schemas/costs.ts'
 import { agentParams, agentQuery, agentsQuery, auditQuery, eventsQuery, hourlyQuery } from './schemas/query.ts'
+import { runParams, runsQuery } from './schemas/runs.ts'
 import {
   agentReply,
   agentsReply,
@@ -23,6 +24,8 @@ import {
   problemReply,
   readyReply,
   releaseReply,
+  runReply,
+  runsReply,
 } from './schemas/responses.ts'
 
 /**
@@ -143,6 +146,28 @@ export const ROUTES: readonly RouteDoc[] = [
     query: hourlyQuery,
     reply: hourlyReply,
     errors: ['invalid_query', 'agent_not_found'],
+  },
+  {
+    method: 'get',
+    path: '/agents/{agent_id}/runs',
+    summary: "An agent's runs, newest start first (paged): times, status, cost, calls and models of each",
+    tag: 'read',
+    auth: true,
+    params: agentParams,
+    query: runsQuery,
+    reply: runsReply,
+    errors: ['invalid_query', 'agent_not_found'],
+  },
+  {
+    method: 'get',
+    path: '/runs/{run_id}',
+    summary: 'One run over every agent that sent events with its id: its figures, each agent\'s part, cost by model and its events (paged)',
+    tag: 'read',
+    auth: true,
+    params: runParams,
+    query: agentQuery,
+    reply: runReply,
+    errors: ['invalid_query', 'run_not_found'],
   },
   { method: 'get', path: '/fleet', summary: "The fleet's 24 h total over all of the user's agents, against its budget", tag: 'read', auth: true, query: eventsQuery.pick({}), reply: fleetReply, errors: ['invalid_query'] },
   {

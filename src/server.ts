@@ -6,6 +6,7 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { FastifyBaseLogger, FastifyInstance } from 'fastify'
 import { pino } from 'pino'
 import { AgentService } from './agents/service.ts'
+import { RunService } from './runs/service.ts'
 import { buildApp } from './app.ts'
 import { ApiKeys } from './auth/api-keys.ts'
 import { adminSocketPath, claimAdminSocket, startAdminSocket } from './cli/admin.ts'
@@ -50,6 +51,7 @@ export interface Services {
   deadLetters(): number
   shipper: Shipper
   agents: AgentService
+  runs: RunService
   keys: ApiKeys
   webhooks: WebhookNotifier
   /** Stores what is pending, lets notifications finish (bounded), closes the stores. */
@@ -172,6 +174,7 @@ export async function openServices(
       announceBudgetPauses([t], log, notifier)
     },
   })
+  const runs = new RunService({ clickhouse, hotState, clock, abandonedAfterMs: config.runAbandonedAfterMs })
   const keys = new ApiKeys(clickhouse, {
     clock,
     cacheTtlMs: config.keyCacheTtlMs,
@@ -200,6 +203,7 @@ export async function openServices(
     deadLetters: () => deadLetters,
     shipper,
     agents,
+    runs,
     keys,
     webhooks,
     async close() {

@@ -27,6 +27,15 @@ describe('loadConfig', () => {
     }
   })
 
+  it('reads RUN_ABANDONED_AFTER as hours, or a number with a unit m, h or d (24 h by default)', () => {
+    expect(loadConfig({}).runAbandonedAfterMs).toBe(24 * 3_600_000)
+    const cases: Array<[string, number]> = [['24', 86_400_000], ['1.5', 5_400_000], ['90m', 5_400_000], ['36h', 129_600_000], ['7d', 604_800_000], [' 2 h ', 7_200_000], ['1m', 60_000], ['366d', 366 * 86_400_000]]
+    for (const [value, ms] of cases) expect(loadConfig({ RUN_ABANDONED_AFTER: value }).runAbandonedAfterMs, value).toBe(ms)
+    for (const value of ['0', '0.5m', '367d', '-1h', '1w', 'h', 'one day', '1e3']) {
+      expect(() => loadConfig({ RUN_ABANDONED_AFTER: value }), value).toThrow(/RUN_ABANDONED_AFTER/)
+    }
+  })
+
   it('treats an empty variable as unset', () => {
     expect(loadConfig({ PORT: '', CLICKHOUSE_URL: '' }).port).toBe(8080)
   })

@@ -94,7 +94,7 @@ describe('the OpenAPI document', () => {
     const cases: Array<[string, string, string, unknown?, (string | null)?]> = [
       ['GET', '/healthz', '/healthz'],
       ['GET', '/readyz', '/readyz'],
-      ['POST', '/events', '/events', llmCall('a', { event_id: randomUUID(), metadata: { run: 1 } })],
+      ['POST', '/events', '/events', llmCall('a', { event_id: randomUUID(), metadata: { run: 1 }, run_id: 'run-1' })],
       ['POST', '/events', '/events', llmCall('a', { hold_id: holdId })],
       ['POST', '/events', '/events', llmCall('a', { hold_id: othersHold })],
       ['POST', '/events', '/events', { agent_id: 'a', event_type: 'llm_call' }],
@@ -117,6 +117,11 @@ describe('the OpenAPI document', () => {
       ['GET', '/agents/{agent_id}', '/agents/a'],
       ['GET', '/agents/{agent_id}', '/agents/nobody'],
       ['GET', '/agents/{agent_id}/hourly', '/agents/a/hourly?hours=3'],
+      ['GET', '/agents/{agent_id}/runs', '/agents/a/runs?limit=5'],
+      ['GET', '/agents/{agent_id}/runs', '/agents/a/runs?cursor=not-a-cursor'],
+      ['GET', '/agents/{agent_id}/runs', '/agents/nobody/runs'],
+      ['GET', '/runs/{run_id}', '/runs/run-1?limit=5'],
+      ['GET', '/runs/{run_id}', '/runs/no-such-run'],
       ['GET', '/fleet', '/fleet'],
       ['GET', '/costs', '/costs?group_by=metadata.run&group_by=model'],
       ['GET', '/costs', '/costs?group_by=nope'],
@@ -124,7 +129,7 @@ describe('the OpenAPI document', () => {
       ['GET', '/audit', '/audit?scope=nope'],
     ]
     for (const [method, path, url, body, k] of cases) {
-      if (url.startsWith('/agents') || url.startsWith('/audit') || url.startsWith('/costs') || url === '/fleet') await h.flush()
+      if (url.startsWith('/agents') || url.startsWith('/runs') || url.startsWith('/audit') || url.startsWith('/costs') || url === '/fleet') await h.flush()
       await conforms(method, path, await call(method, url, body, k === undefined ? key : k))
     }
     // Each route was checked, and with its errors as well as its success.

@@ -305,7 +305,8 @@ export class AgentService {
   }
 }
 
-function formatEvent(e: StoredEvent) {
+/** A stored event as the read API shows it: its cost in USD. */
+export function formatEvent(e: StoredEvent) {
   const { cost_nano, ...rest } = e
   return { ...rest, cost_usd: nanoToUsd(cost_nano) }
 }

@@ -228,6 +228,36 @@ export const auditReply = z.strictObject({
   next_before: z.string().nullable(),
 })
 
+/** A run's figures: of one agent's part (GET /agents/{id}/runs) or of the whole run (GET /runs/{id}). */
+const runFigures = {
+  started_at: iso.describe("its agent_start's time, else its first event's"),
+  ended_at: iso.nullable().describe("its agent_end's time (the latest, if several); null while it has none"),
+  last_event_at: iso,
+  status: z.enum(['open', 'ended', 'abandoned']).describe('ended: an agent_end arrived; abandoned: none did and its last event is older than RUN_ABANDONED_AFTER (24 h by default); else open'),
+  duration_ms: z.number().int().describe('from started_at to ended_at, or to last_event_at without an end; never negative'),
+  cost_usd: usd,
+  llm_calls: z.number().int(),
+  tool_calls: z.number().int(),
+  event_count: z.number().int().describe('its events of every type'),
+  models: z.array(z.string()).describe('the models of its llm_calls, distinct, sorted'),
+}
+
+export const runsReply = z.strictObject({
+  agent_id: z.string(),
+  runs: z.array(z.strictObject({ run_id: z.string(), agent_id: z.string(), ...runFigures })).describe('newest start first'),
+  next_cursor: z.string().nullable().describe('the `cursor` of the next page; null on the last'),
+})
+
+export const runReply = z.strictObject({
+  run_id: z.string(),
+  agent_ids: z.array(z.string()).describe('every agent that sent events with this run_id, sorted'),
+  ...runFigures,
+  by_agent: z.array(z.strictObject({ agent_id: z.string(), ...runFigures })).describe("each agent's part of the run, as GET /agents/{id}/runs lists it"),
+  cost_by_model: z.array(z.strictObject({ model: z.string(), cost_usd: usd, llm_calls: z.number().int(), input_tokens: z.number().int(), output_tokens: z.number().int() })),
+  events: z.array(storedEvent).describe('newest first'),
+  next_before: iso.nullable().describe('pass as ?before= for the next page; null on the last'),
+})
+
 /** RFC 9457 problem details, as every error is answered (errors.ts). */
 export const problemReply = z.strictObject({
   type: z.string(),
