@@ -54,7 +54,7 @@ describe('GET /agents/events', () => {
     expect(events[0].tool_name).toBe('t54')
     expect(events[49].tool_name).toBe('t5')
     expect(Object.keys(events[0]).sort()).toEqual(
-      ['agent_id', 'cache_read_tokens', 'cache_write_tokens', 'cost_usd', 'event_id', 'event_type', 'input_tokens', 'metadata', 'model', 'output_tokens', 'price_fallback', 'quantities', 'service_tier', 'timestamp', 'tool_name', 'unpriced_quantities'].sort(),
+      ['agent_id', 'cache_read_tokens', 'cache_write_tokens', 'cost_usd', 'event_id', 'event_type', 'input_tokens', 'metadata', 'model', 'output_tokens', 'price_fallback', 'quantities', 'run_id', 'service_tier', 'timestamp', 'tool_name', 'unpriced_quantities'].sort(),
     )
     const three = (await h.get('/agents/events?limit=3', key)).json().events
     expect(three.map((e: { tool_name: string }) => e.tool_name)).toEqual(['t54', 't53', 't52'])
