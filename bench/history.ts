@@ -5,6 +5,7 @@
  *   2. A store seeded with `events` llm_calls of the last 24 h over `agents` agents
  *      (bench/seed.ts, INSERT … SELECT, not the HTTP API): time to /readyz and peak RSS;
  *      reads (GET /agents whole and a page of 100, GET /agents/{id}, GET /agents/{id}/hourly,
+ *      GET /costs grouped by a metadata key, alone and with the model,
  *      GET /agents/events) and ingest at the same fixed rate; each as p50/p99 and as a ratio
  *      to the empty store.
  *   3. Both again with REDIS_URL, on a redis-server of their own (AOF on): the hot state in
@@ -158,6 +159,8 @@ async function measureStore(dir: string, o: { agents: number; rate: number; dura
       'GET /agents/{id}': await sample(burnrate.url, apiKey, () => `/agents/${agent()}`, o.duration),
       'GET /agents/{id}/hourly': await sample(burnrate.url, apiKey, () => `/agents/${agent()}/hourly`, o.duration),
       'GET /agents/events?limit=50': await sample(burnrate.url, apiKey, () => '/agents/events?limit=50', o.duration),
+      'GET /costs?group_by=metadata.customer': await sample(burnrate.url, apiKey, () => '/costs?group_by=metadata.customer', o.duration),
+      'GET /costs by metadata.customer and model': await sample(burnrate.url, apiKey, () => '/costs?group_by=metadata.customer&group_by=model', o.duration),
     }
     return {
       readySeconds,

@@ -8,7 +8,8 @@
  *   node bench/seed.ts --data-dir DIR [--events 10000000] [--agents 10000] [--user bench] [--agent-prefix history-agent-] [--run-events 0]
  *
  * Every event has a client event_id (a UUID), gpt-4o, 1,000 input and 500 output tokens and
- * the cost burnrate's price table gives them; timestamps are spaced evenly from 24 h ago
+ * the cost burnrate's price table gives them, and metadata of three keys an operator would
+ * group cost by: customer (500 values), feature (20) and priority (a number, 3); timestamps are spaced evenly from 24 h ago
  * (plus two minutes, so none leaves the window while the scenario starts) to now. With
  * `--run-events N`, each agent's events are runs of N in a row (run id
  * `<agent>-run-<k>`), the first of each an agent_start and the last an agent_end (N ≥ 2):
@@ -53,7 +54,9 @@ export async function seed(env: NodeJS.ProcessEnv, o: SeedOptions, now = Date.no
                        fromUnixTimestamp64Micro(toInt64({end:Int64} - {span:Int64} + intDiv(i * {span:Int64}, {total:UInt64})), 'UTC'),
                        generateUUIDv4(i), type, if(llm, 'gpt-4o', ''), 1000 * llm, 500 * llm, 0, 0,
                        if(llm, map('input_tokens', 1000, 'output_tokens', 500), map()), [], '', NULL,
-                       if({runs:UInt64} = 0, '', concat(agent, '-run-', toString(intDiv(k, n_run)))), '', {cost:Int64} * llm, false
+                       if({runs:UInt64} = 0, '', concat(agent, '-run-', toString(intDiv(k, n_run)))),
+                       concat('{"customer":"customer-', toString(i % 500), '","feature":"feature-', toString(intDiv(i, 7) % 20), '","priority":', toString(i % 3), '}'),
+                       {cost:Int64} * llm, false
                 FROM (
                   SELECT number + {from:UInt64} AS i, concat({prefix:String}, toString(i % {agents:UInt64})) AS agent,
                          intDiv(i, {agents:UInt64}) AS k, greatest({runs:UInt64}, 1) AS n_run,
@@ -65,7 +68,7 @@ export async function seed(env: NodeJS.ProcessEnv, o: SeedOptions, now = Date.no
     }
     // Settled as a long-running store's parts would be, so that the scenarios do not measure
     // the engine merging the seed's parts in the background.
-    for (const table of ['events', 'hourly_cost', 'runs']) await client.command({ query: `OPTIMIZE TABLE ${table} FINAL` })
+    for (const table of ['events', 'hourly_cost', 'hourly_dimensions', 'runs']) await client.command({ query: `OPTIMIZE TABLE ${table} FINAL` })
     return { seconds: (performance.now() - started) / 1000 }
   } finally {
     await client.close()
