@@ -1,5 +1,6 @@
 import { z } from 'zod'
 import { agentId } from './event.ts'
+import { encodeCursor, opaqueCursor } from './query.ts'
 
 /**
  * GET /costs: cost grouped by one or two dimensions (an agent, a model, a UTC day or hour, a
@@ -76,29 +77,16 @@ export interface CostCursor {
 }
 
 export function encodeCostCursor(c: CostCursor): string {
-  return Buffer.from(JSON.stringify([c.fromMs, c.toMs, c.groupBy, c.costNano, c.values])).toString('base64url')
+  return encodeCursor([c.fromMs, c.toMs, c.groupBy, c.costNano, c.values])
 }
 
 const cursorJson = z.tuple([z.number().int(), z.number().int(), z.array(z.string()), z.string().regex(/^-?\d{1,19}$/), z.array(z.string().nullable())])
 
-const costCursor = z
-  .string()
-  .max(16_384, 'must be a next_cursor of GET /costs')
-  .transform((s, ctx): CostCursor => {
-    let parsed: unknown
-    try {
-      parsed = JSON.parse(Buffer.from(s, 'base64url').toString('utf8'))
-    } catch {
-      parsed = undefined
-    }
-    const c = cursorJson.safeParse(parsed)
-    if (!c.success || c.data[2].length !== c.data[4].length) {
-      ctx.addIssue({ code: 'custom', message: 'must be a next_cursor of GET /costs' })
-      return z.NEVER
-    }
-    const [fromMs, toMs, groupBy, costNano, values] = c.data
-    return { fromMs, toMs, groupBy, costNano, values }
-  })
+const costCursor = opaqueCursor(
+  cursorJson.refine(([, , groupBy, , values]) => groupBy.length === values.length),
+  'must be a next_cursor of GET /costs',
+  16_384,
+).transform(([fromMs, toMs, groupBy, costNano, values]): CostCursor => ({ fromMs, toMs, groupBy, costNano, values }))
 
 const KNOWN = ['group_by', 'from', 'to', 'agent_id', 'model', 'limit', 'cursor', 'format'] as const
 

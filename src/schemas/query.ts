@@ -31,30 +31,42 @@ export interface AgentCursor {
   agentId: string
 }
 
-const cursorJson = z.tuple([z.enum(AGENT_SORTS), z.number(), z.string()])
-
 export function encodeAgentCursor(c: AgentCursor): string {
-  return Buffer.from(JSON.stringify([c.sort, c.value, c.agentId])).toString('base64url')
+  return encodeCursor([c.sort, c.value, c.agentId])
 }
 
-const agentCursor = z
-  .string()
-  .max(1024, 'must be a next_cursor of GET /agents')
-  .transform((s, ctx): AgentCursor => {
-    let parsed: unknown
-    try {
-      parsed = JSON.parse(Buffer.from(s, 'base64url').toString('utf8'))
-    } catch {
-      parsed = undefined
-    }
-    const c = cursorJson.safeParse(parsed)
-    if (!c.success) {
-      ctx.addIssue({ code: 'custom', message: 'must be a next_cursor of GET /agents' })
-      return z.NEVER
-    }
-    const [sort, value, agentId] = c.data
-    return { sort, value, agentId }
-  })
+const agentCursor = opaqueCursor(z.tuple([z.enum(AGENT_SORTS), z.number(), z.string()]), 'must be a next_cursor of GET /agents', 1024).transform(
+  ([sort, value, agentId]): AgentCursor => ({ sort, value, agentId }),
+)
+
+/** A page cursor as the API hands it out, opaque to clients: base64url of the JSON of `position`. */
+export function encodeCursor(position: unknown): string {
+  return Buffer.from(JSON.stringify(position)).toString('base64url')
+}
+
+/**
+ * A page cursor parameter: text of at most `maxLength` characters that decodes (encodeCursor)
+ * to what `position` accepts, else `message`, the same whatever was wrong with it.
+ */
+export function opaqueCursor<T extends z.ZodType>(position: T, message: string, maxLength: number) {
+  return z
+    .string()
+    .max(maxLength, message)
+    .transform((s, ctx): z.output<T> => {
+      let parsed: unknown
+      try {
+        parsed = JSON.parse(Buffer.from(s, 'base64url').toString('utf8'))
+      } catch {
+        parsed = undefined
+      }
+      const c = position.safeParse(parsed)
+      if (!c.success) {
+        ctx.addIssue({ code: 'custom', message })
+        return z.NEVER
+      }
+      return c.data
+    })
+}
 
 const flag = z.enum(['true', 'false'], { error: 'must be true or false' }).transform((v) => v === 'true').optional()
 

@@ -1,7 +1,7 @@
 import { z } from 'zod'
 import type { RunPosition } from '../storage/runs.ts'
 import { runId } from './event.ts'
-import { eventsQuery } from './query.ts'
+import { encodeCursor, eventsQuery, opaqueCursor } from './query.ts'
 
 /**
  * A GET /agents/{agent_id}/runs page cursor (next_cursor), opaque to clients: base64url of
@@ -9,29 +9,13 @@ import { eventsQuery } from './query.ts'
  * that run in the listing's order, so runs that start meanwhile do not shift it.
  */
 export function encodeRunCursor(p: RunPosition): string {
-  return Buffer.from(JSON.stringify([p.startedUs, p.runId])).toString('base64url')
+  return encodeCursor([p.startedUs, p.runId])
 }
 
 const CURSOR_MESSAGE = 'must be a next_cursor of GET /agents/{agent_id}/runs'
 const cursorJson = z.tuple([z.number().int().min(0).max(Number.MAX_SAFE_INTEGER), runId])
 
-const runCursor = z
-  .string()
-  .max(1024, CURSOR_MESSAGE)
-  .transform((s, ctx): RunPosition => {
-    let parsed: unknown
-    try {
-      parsed = JSON.parse(Buffer.from(s, 'base64url').toString('utf8'))
-    } catch {
-      parsed = undefined
-    }
-    const c = cursorJson.safeParse(parsed)
-    if (!c.success) {
-      ctx.addIssue({ code: 'custom', message: CURSOR_MESSAGE })
-      return z.NEVER
-    }
-    return { startedUs: c.data[0], runId: c.data[1] }
-  })
+const runCursor = opaqueCursor(cursorJson, CURSOR_MESSAGE, 1024).transform(([startedUs, runId]): RunPosition => ({ startedUs, runId }))
 
 /** GET /agents/{agent_id}/runs: a page of `limit` (1 to 1000, default 50), after `cursor`. */
 export const runsQuery = z.strictObject({ limit: eventsQuery.shape.limit, cursor: runCursor.optional() })
