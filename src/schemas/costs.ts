@@ -1,6 +1,6 @@
 import { z } from 'zod'
 import { agentId } from './event.ts'
-import { encodeCursor, opaqueCursor } from './query.ts'
+import { encodeCursor, intParam, opaqueCursor } from './query.ts'
 
 /**
  * GET /costs: cost grouped by one or two dimensions (an agent, a model, a UTC day or hour, a
@@ -127,6 +127,20 @@ export interface CostsQuery {
   format: 'json' | 'csv'
 }
 
+/**
+ * A query's range in whole UTC hours (the hourly tables answer it): from the hour `from` falls
+ * in to the end of the hour `to` falls in (an instant on the hour ends there). As given, else
+ * the cursor's (a page goes on over its first page's range), else the 24 hours that end with
+ * the current one. At most MAX_RANGE_DAYS; `from` before `to`.
+ */
+function hourRange(q: { from?: number; to?: number }, now: number, cursor: { fromMs: number; toMs: number } | undefined, ctx: z.RefinementCtx): { fromMs: number; toMs: number } {
+  const toMs = q.to !== undefined ? ceilHour(q.to) : (cursor?.toMs ?? ceilHour(now + 1))
+  const fromMs = q.from !== undefined ? floorHour(q.from) : (cursor?.fromMs ?? toMs - DAY_MS)
+  if (fromMs >= toMs) ctx.addIssue({ code: 'custom', path: [q.from === undefined ? 'to' : 'from'], message: 'must be before to' })
+  else if (toMs - fromMs > MAX_RANGE_DAYS * DAY_MS) ctx.addIssue({ code: 'custom', path: ['from'], message: `the range may span at most ${MAX_RANGE_DAYS} days` })
+  return { fromMs, toMs }
+}
+
 const MAX_METADATA_FILTERS = 10
 
 /** GET /costs's query at `now`: the range defaults to the 24 h before it. */
@@ -147,14 +161,7 @@ export function costsQuery(now: number) {
     }
     if (metadata.length > MAX_METADATA_FILTERS) ctx.addIssue({ code: 'custom', path: [METADATA_PREFIX], message: `at most ${MAX_METADATA_FILTERS} metadata filters` })
 
-    // The range in whole UTC hours (the hourly tables answer it): from the hour `from` falls
-    // in to the end of the hour `to` falls in (an instant on the hour ends there). As given,
-    // else the cursor's (a page goes on over its first page's range), else the 24 hours that
-    // end with the current one.
-    const toMs = q.to !== undefined ? ceilHour(q.to) : (q.cursor?.toMs ?? ceilHour(now + 1))
-    const fromMs = q.from !== undefined ? floorHour(q.from) : (q.cursor?.fromMs ?? toMs - DAY_MS)
-    if (fromMs >= toMs) ctx.addIssue({ code: 'custom', path: [q.from === undefined ? 'to' : 'from'], message: 'must be before to' })
-    else if (toMs - fromMs > MAX_RANGE_DAYS * DAY_MS) ctx.addIssue({ code: 'custom', path: ['from'], message: `the range may span at most ${MAX_RANGE_DAYS} days` })
+    const { fromMs, toMs } = hourRange(q, now, q.cursor, ctx)
 
     const groupBy = q.group_by
     const names = groupBy.map(dimensionName)
@@ -170,4 +177,26 @@ export function costsQuery(now: number) {
     }
     return { groupBy, fromMs, toMs, agentIds: q.agent_id ?? [], models: q.model ?? [], metadata, limit, cursor: c, format: q.format }
   })
+}
+
+/** The most keys GET /costs/dimensions answers, and how many by default. */
+export const MAX_DIMENSION_KEYS = 1000
+const DEFAULT_DIMENSION_KEYS = 100
+
+/** GET /costs/dimensions's query string: a range as GET /costs takes it, and how many keys. */
+export const costDimensionsParams = z.strictObject({
+  from: instant.optional(),
+  to: instant.optional(),
+  limit: intParam(1, MAX_DIMENSION_KEYS, DEFAULT_DIMENSION_KEYS),
+})
+
+export interface CostDimensionsQuery {
+  fromMs: number
+  toMs: number
+  limit: number
+}
+
+/** GET /costs/dimensions's query at `now`: the range in whole UTC hours, the 24 before `now` by default. */
+export function costDimensionsQuery(now: number) {
+  return costDimensionsParams.transform((q, ctx): CostDimensionsQuery => ({ ...hourRange(q, now, undefined, ctx), limit: q.limit }))
 }

@@ -11,7 +11,7 @@ function intValue(min: number, max: number) {
     .pipe(z.number().min(min, `must be between ${min} and ${max}`).max(max, `must be between ${min} and ${max}`))
 }
 
-function intParam(min: number, max: number, fallback: number) {
+export function intParam(min: number, max: number, fallback: number) {
   return intValue(min, max).default(fallback)
 }
 

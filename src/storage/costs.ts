@@ -1,6 +1,6 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { z } from 'zod'
-import type { CostCursor, CostsQuery, Dimension } from '../schemas/costs.ts'
+import { MAX_METADATA_KEY, type CostCursor, type CostDimensionsQuery, type CostsQuery, type Dimension } from '../schemas/costs.ts'
 import { select } from './query.ts'
 
 /** One group of GET /costs: its value of each dimension (null: the events without it) and what its events add up to. */
@@ -162,4 +162,35 @@ function after(c: CostCursor, order: string, params: Record<string, unknown>): s
     return [`{c${i}n:UInt8}`, `{c${i}v:String}`]
   })
   return `cost < {c_cost:Int64} OR (cost = {c_cost:Int64} AND (${order}) > (${last.join(', ')}))`
+}
+
+/** A metadata key of the user's events in a range, and how many of them carry it. */
+export interface DimensionKey {
+  key: string
+  events: number
+}
+
+const keyRow = z.object({ key: z.string(), events: int })
+
+/**
+ * The metadata keys of the user's events in the range, the most used first (a tie by key),
+ * from hourly_dimension_keys (sql/0022): a row per key and hour, whatever the key's values.
+ * Only the keys GET /costs can group by (schemas/costs.ts: 1 to 256 characters, no control
+ * characters): a key offered is one that can be asked for.
+ */
+export async function dimensionKeys(client: ClickHouseClient, userId: string, q: CostDimensionsQuery): Promise<DimensionKey[]> {
+  return select(
+    client,
+    `SELECT key, sum(events) AS events
+     FROM hourly_dimension_keys
+     WHERE user_id = {user:String} AND ${RANGE}
+       AND key != '' AND NOT match(key, {control:String})
+       AND lengthUTF8(key) <= {maxKey:UInt32}
+     GROUP BY key
+     ORDER BY events DESC, key
+     LIMIT {limit:UInt32}`,
+    // C0, DEL and C1 as the schema's CONTROL; lengths in characters (code points), as zod counts them.
+    { user: userId, from: q.fromMs / 1000, to: q.toMs / 1000, limit: q.limit, maxKey: MAX_METADATA_KEY, control: '[\\x{00}-\\x{1f}\\x{7f}-\\x{9f}]' },
+    keyRow,
+  )
 }

@@ -7,7 +7,7 @@ import { fingerprint } from '../../src/hot-state/dedup.ts'
 import { DEFAULT_POLICY } from '../../src/hot-state/meters.ts'
 import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { allConfigs, configRow } from '../../src/storage/configs.ts'
-import { costsByDimension } from '../../src/storage/costs.ts'
+import { costsByDimension, dimensionKeys } from '../../src/storage/costs.ts'
 import {
   agentTotals,
   costByModel,
@@ -150,6 +150,9 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
       [[null], '300', 3],
       [['acme'], '100', 1],
     ])
+    // And in the keys of each hour (GET /costs/dimensions).
+    const hour = Math.floor(T / 3_600_000) * 3_600_000
+    expect(await dimensionKeys(client, 'u', { fromMs: hour, toMs: hour + 3_600_000, limit: 10 })).toEqual([{ key: 'customer', events: 1 }])
   })
 
   it('inserts rows kept as JSON lines as they are, once per token', async () => {
