@@ -4,7 +4,7 @@ import { PROBLEMS, type ProblemCode } from './errors.ts'
 import { configBody, fleetConfigBody, fleetPauseBody, pauseBody } from './schemas/config.ts'
 import { batchBodyDoc, eventBody } from './schemas/event.ts'
 import { holdBody, holdParams } from './schemas/hold.ts'
-import { costsParams } from './schemas/costs.ts'
+import { costDimensionsParams, costsParams } from './schemas/costs.ts'
 import { agentParams, agentQuery, agentsQuery, auditQuery, eventsQuery, hourlyQuery } from './schemas/query.ts'
 import { runParams, runsQuery } from './schemas/runs.ts'
 import {
@@ -12,6 +12,7 @@ import {
   agentsReply,
   auditReply,
   batchReply,
+  costDimensionsReply,
   costsReply,
   eventReply,
   eventsReply,
@@ -179,6 +180,16 @@ export const ROUTES: readonly RouteDoc[] = [
     auth: true,
     query: costsParams,
     reply: costsReply,
+    errors: ['invalid_query'],
+  },
+  {
+    method: 'get',
+    path: '/costs/dimensions',
+    summary: "The metadata keys of the user's events over whole UTC hours (from, to; the last 24 by default), the most used first, up to limit: the metadata.<key> dimensions GET /costs can group and filter by",
+    tag: 'read',
+    auth: true,
+    query: costDimensionsParams,
+    reply: costDimensionsReply,
     errors: ['invalid_query'],
   },
   { method: 'get', path: '/audit', summary: "The user's audit log, newest first (paged)", tag: 'read', auth: true, query: auditQuery, reply: auditReply, errors: ['invalid_query'] },

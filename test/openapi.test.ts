@@ -125,6 +125,8 @@ describe('the OpenAPI document', () => {
       ['GET', '/fleet', '/fleet'],
       ['GET', '/costs', '/costs?group_by=metadata.run&group_by=model'],
       ['GET', '/costs', '/costs?group_by=nope'],
+      ['GET', '/costs/dimensions', '/costs/dimensions?limit=5'],
+      ['GET', '/costs/dimensions', '/costs/dimensions?limit=0'],
       ['GET', '/audit', '/audit?limit=5'],
       ['GET', '/audit', '/audit?scope=nope'],
     ]

@@ -2,13 +2,13 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { FastifyPluginAsync } from 'fastify'
 import type { Clock } from '../clock.ts'
 import { nanoToUsd } from '../money.ts'
-import { costsQuery, dimensionName, encodeCostCursor, type CostsQuery } from '../schemas/costs.ts'
-import { costsByDimension, type CostGroup } from '../storage/costs.ts'
+import { costDimensionsQuery, costsQuery, dimensionName, encodeCostCursor, type CostsQuery } from '../schemas/costs.ts'
+import { costsByDimension, dimensionKeys, type CostGroup } from '../storage/costs.ts'
 import { csvRow } from './csv.ts'
 import type { RouteLimits } from './limits.ts'
 import { parse, principal } from './parse.ts'
 
-/** GET /costs: where the money went, by any one or two dimensions (schemas/costs.ts). */
+/** GET /costs: where the money went, by any one or two dimensions (schemas/costs.ts); GET /costs/dimensions: the metadata keys to ask it for. */
 export const costsRoutes =
   (clickhouse: ClickHouseClient, clock: Clock, limits: RouteLimits): FastifyPluginAsync =>
   async (app) => {
@@ -30,6 +30,12 @@ export const costsRoutes =
         groups: groups.map((g) => ({ group: Object.fromEntries(names.map((n, i) => [n, g.values[i]])), ...totals(g) })),
         next_cursor: nextCursor,
       }
+    })
+
+    app.get('/costs/dimensions', { config: { rateLimit: limits.reads } }, async (request) => {
+      const q = parse(costDimensionsQuery(clock.now()), request.query, 'invalid_query')
+      const keys = await dimensionKeys(clickhouse, principal(request).userId, q)
+      return { from: new Date(q.fromMs).toISOString(), to: new Date(q.toMs).toISOString(), keys }
     })
   }
 

@@ -196,6 +196,13 @@ export const costsReply = z.strictObject({
   next_cursor: z.string().nullable(),
 })
 
+export const costDimensionsReply = z.strictObject({
+  from: iso,
+  to: iso,
+  // The metadata keys of the range's events, the most used first: each as GET /costs takes it after "metadata.".
+  keys: z.array(z.strictObject({ key: z.string(), events: z.number().int() })),
+})
+
 export const fleetReply = z.strictObject({
   total_cost_usd: usd,
   llm_calls: z.number().int(),
