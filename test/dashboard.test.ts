@@ -3,81 +3,23 @@ import { get } from 'node:http'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import type { AddressInfo } from 'node:net'
-import { chromium, type Browser, type BrowserContext, type Locator, type Page } from 'playwright-core'
+import type { Browser, Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DASHBOARD_CSP } from '../src/routes/dashboard.ts'
+import { closeClean, eventuallyText, KEY_STORAGE, launchBrowser, open as openIn, signIn, SKIP, SKIPPED, textOf, visible, WAIT, type OpenOptions } from './helpers/browser.ts'
 import { LLM_CALL_USD, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
 
 /**
  * The built-in dashboard, in a real browser (Debian's chromium, driven by
  * playwright-core) against a real burnrate listening on a port, seeded through its API.
  */
-const CHROMIUM = '/usr/bin/chromium'
-const SKIP = !existsSync(CHROMIUM) && !process.env.CI
-const SKIPPED = `dashboard tests skipped: ${CHROMIUM} is missing (apt-get install chromium; .ci/run installs it, and with CI set they run and fail instead)`
-if (SKIP) console.warn(SKIPPED)
-
-const KEY_STORAGE = 'burnrate.apiKey'
-const WAIT = { timeout: 10_000 }
 const SCREENSHOT = join(import.meta.dirname, '..', 'docs', 'dashboard.png')
 
 let h: Harness
 let base: string
 let browser: Browser
 
-/** What a page did that a test asserts never happens: CSP violations, uncaught errors; and every URL it asked for. */
-interface Watched {
-  page: Page
-  context: BrowserContext
-  urls: string[]
-  cspConsole: string[]
-  pageErrors: string[]
-  violations: () => Promise<string[]>
-}
-
-async function open(opts: { fixedTime?: Date; clock?: boolean; timezoneId?: string } = {}): Promise<Watched> {
-  const context = await browser.newContext({ viewport: { width: 1280, height: 800 }, locale: 'en-US', timezoneId: opts.timezoneId ?? 'UTC' })
-  // Init scripts run through the DevTools protocol, outside the page's CSP.
-  await context.addInitScript({
-    content: `{
-      const seen = []
-      Object.defineProperty(window, '__cspViolations', { value: seen })
-      document.addEventListener('securitypolicyviolation', (e) => seen.push(e.violatedDirective + ' ' + e.blockedURI))
-    }`,
-  })
-  const page = await context.newPage()
-  if (opts.fixedTime) await page.clock.setFixedTime(opts.fixedTime)
-  // The page's timers under the test's control: clock.runFor() fires the 10 s refresh at once.
-  if (opts.clock) await page.clock.install()
-  const watched: Watched = {
-    page,
-    context,
-    urls: [],
-    cspConsole: [],
-    pageErrors: [],
-    violations: () => page.evaluate<string[]>('[...window.__cspViolations]'),
-  }
-  page.on('request', (r) => watched.urls.push(r.url()))
-  page.on('console', (m) => {
-    if (/content security policy/i.test(m.text())) watched.cspConsole.push(m.text())
-  })
-  page.on('pageerror', (e) => watched.pageErrors.push(String(e)))
-  await page.goto(base)
-  return watched
-}
-
-async function signIn(page: Page, key: string): Promise<void> {
-  await page.getByLabel('API key').fill(key)
-  await page.getByRole('button', { name: 'Sign in' }).click()
-}
-
-/** Asserts the page broke no rule of its CSP and threw nothing, then closes it. */
-async function closeClean(w: Watched): Promise<void> {
-  expect(await w.violations()).toEqual([])
-  expect(w.cspConsole).toEqual([])
-  expect(w.pageErrors).toEqual([])
-  await w.context.close()
-}
+const open = (opts: OpenOptions = {}) => openIn(browser, base, opts)
 
 async function seed(key: string, agentId: string, calls: number): Promise<void> {
   const answers = await Promise.all(Array.from({ length: calls }, () => h.post('/events', llmCall(agentId), key)))
@@ -98,10 +40,6 @@ const statusOf = (url: string, headers: Record<string, string> = {}) =>
   })
 const api = async (path: string, key: string) => (await h.get(path, key)).json()
 
-// playwright-core has no expect of its own: vitest's expect.poll waits for the condition, with a deadline.
-const textOf = (l: Locator) => l.textContent({ timeout: 500 }).catch(() => null)
-const eventuallyText = (l: Locator) => expect.poll(() => textOf(l), WAIT)
-const visible = (l: Locator) => l.waitFor({ state: 'visible', ...WAIT })
 const row = (page: Page, agentId: string) => page.locator('tbody tr').filter({ has: page.getByRole('rowheader', { name: agentId, exact: true }) })
 
 describe.skipIf(SKIP)(SKIP ? SKIPPED : 'the dashboard in a real browser', () => {
@@ -109,11 +47,7 @@ describe.skipIf(SKIP)(SKIP ? SKIPPED : 'the dashboard in a real browser', () => 
     h = await startHarness({ env: { PAUSE_GRACE_MS: '0' } })
     await h.app.listen({ port: 0, host: '127.0.0.1' })
     base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}/`
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      headless: true,
-      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-    })
+    browser = await launchBrowser()
   })
 
   afterAll(async () => {
