@@ -28,13 +28,14 @@ export function onUnauthorized(fn) {
   unauthorized = fn
 }
 
-async function request(method, path, body) {
+/** One call with the key; a 401 forgets the key first. The answer as fetch() gives it. */
+async function send(method, path, body, accept = 'application/json') {
   const key = session.key()
   if (!key) {
     unauthorized(null)
     throw new ApiError(401, null)
   }
-  const headers = { 'x-api-key': key, accept: 'application/json' }
+  const headers = { 'x-api-key': key, accept }
   if (body !== undefined) headers['content-type'] = 'application/json'
   // Relative to the page, so a proxy may serve burnrate under a sub-path.
   const res = await fetch(path, {
@@ -44,13 +45,25 @@ async function request(method, path, body) {
     cache: 'no-store',
     credentials: 'omit',
   })
+  if (res.ok) return res
   const data = await res.json().catch(() => null)
   if (res.status === 401) {
     session.signOut()
     unauthorized(data?.detail ?? 'the key was refused')
   }
-  if (!res.ok) throw new ApiError(res.status, data)
-  return data
+  throw new ApiError(res.status, data)
+}
+
+async function request(method, path, body) {
+  const res = await send(method, path, body)
+  return res.json()
+}
+
+/** A query string of [name, value] pairs, a name repeated as often as it comes; undefined and null values left out. */
+function queryOf(pairs) {
+  const q = new URLSearchParams()
+  for (const [name, value] of pairs) if (value !== undefined && value !== null) q.append(name, String(value))
+  return q
 }
 
 const agentPath = (id) => `agents/${encodeURIComponent(id)}`
@@ -74,4 +87,16 @@ export const api = {
   config: (id, policy) => request('POST', 'config', { agent_id: id, ...policy }),
   fleetPause: (isPaused) => request('POST', 'config/fleet/pause', { is_paused: isPaused }),
   fleetConfig: (policy) => request('POST', 'config/fleet', policy),
+  /** GET /costs: `pairs` as [name, value], group_by and filters repeated as the API takes them. */
+  costs: (pairs) => request('GET', `costs?${queryOf(pairs)}`),
+  /**
+   * The same query as CSV: the file's bytes, its name (Content-Disposition) and whether more
+   * groups follow (x-next-cursor). Fetched with the key as a header, never put in a URL.
+   */
+  costsCsv: async (pairs) => {
+    const res = await send('GET', `costs?${queryOf([...pairs, ['format', 'csv']])}`, undefined, 'text/csv')
+    const name = /filename="([^"]+)"/.exec(res.headers.get('content-disposition') ?? '')?.[1] ?? 'costs.csv'
+    return { blob: await res.blob(), name, more: res.headers.has('x-next-cursor') }
+  },
+  costDimensions: ({ from, to }) => request('GET', `costs/dimensions?${queryOf([['from', from], ['to', to]])}`),
 }

@@ -1,11 +1,13 @@
 // The burnrate dashboard: sign-in, hash routes, and a refresh every 10 s.
 //   #/agents          the agents of the last 24 h
 //   #/agents/<id>     one agent (the id percent-encoded)
+//   #/costs           where the money went: cost by any dimension
 //   #/fleet           the fleet budget and pause
 
 import { agentView } from './agent.js'
 import { agentsView } from './agents.js'
 import { ApiError, onUnauthorized, session } from './api.js'
+import { costsView } from './costs.js'
 import { h, notice } from './dom.js'
 import { fleetView } from './fleet.js'
 
@@ -18,17 +20,21 @@ const updated = document.getElementById('updated')
 let view = null
 let timer = null
 
+/** The id a hash names after `prefix`, percent-decoded; null when it names none. */
+function idAfter(hash, prefix) {
+  if (!hash.startsWith(prefix)) return null
+  try {
+    return decodeURIComponent(hash.slice(prefix.length)) || null
+  } catch {
+    return null
+  }
+}
+
 function route() {
   const hash = location.hash || '#/agents'
-  if (hash.startsWith('#/agents/')) {
-    let id
-    try {
-      id = decodeURIComponent(hash.slice('#/agents/'.length))
-    } catch {
-      id = null
-    }
-    if (id) return { name: 'agents', make: () => agentView(id) }
-  }
+  const agent = idAfter(hash, '#/agents/')
+  if (agent) return { name: 'agents', make: () => agentView(agent) }
+  if (hash === '#/costs') return { name: 'costs', make: costsView }
   if (hash === '#/fleet') return { name: 'fleet', make: fleetView }
   return { name: 'agents', make: agentsView }
 }
