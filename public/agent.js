@@ -1,18 +1,21 @@
 // One agent (GET /agents/{id} and its hourly buckets): totals, period budgets and pause state,
-// pause and resume (POST /config/pause), its budget (POST /config), cost by model, and its
+// pause and resume (POST /config/pause), its budget (POST /config), cost by model, its runs
+// (GET /agents/{id}/runs, a page at a time: next_cursor), each opening its own page, and its
 // events of the last 24 h, a page at a time (next_before).
 
 import { api, ApiError } from './api.js'
 import { budgetForm } from './budget-form.js'
 import { hourlyChart } from './chart.js'
-import { act, h, int, nano, notice, pauseBadge, pauseState, pct, spendBar, stats, time, usd } from './dom.js'
+import { act, duration, h, int, nano, notice, pauseBadge, pauseState, pct, spendBar, stats, time, usd } from './dom.js'
 import { periodLines } from './periods.js'
 
 export const EVENTS_PAGE = 50
+export const RUNS_PAGE = 10
 
 export function agentView(agentId) {
   // The cursors of the pages shown before this one: [] is the newest page.
   const cursors = []
+  const runCursors = []
   let detail = null
 
   const title = h('h1', { class: 'agent-id' }, agentId)
@@ -24,6 +27,9 @@ export function agentView(agentId) {
   const models = h('tbody')
   const events = h('tbody')
   const pager = h('nav', { class: 'pager', 'aria-label': 'Event pages' })
+  const runs = h('tbody')
+  const runsStatus = h('div')
+  const runsPager = h('nav', { class: 'pager', 'aria-label': 'Run pages' })
   const form = budgetForm({
     title: 'Budget',
     save: (policy) => api.config(agentId, policy),
@@ -40,6 +46,19 @@ export function agentView(agentId) {
     missing,
     overview,
     h('div', { class: 'panel' }, h('h2', {}, 'Cost per hour (UTC), last 24 h'), chart.el),
+    h(
+      'div',
+      { class: 'panel' },
+      h('h2', {}, 'Runs, newest first'),
+      runsStatus,
+      h(
+        'table',
+        { class: 'list runs' },
+        h('thead', {}, h('tr', {}, ...['Run', 'Status', 'Started', 'Duration', 'Cost', 'LLM calls', 'Models'].map((c, i) => h('th', { scope: 'col', class: i >= 3 && i <= 5 ? 'num' : null }, c)))),
+        runs,
+      ),
+      runsPager,
+    ),
     h(
       'div',
       { class: 'columns' },
@@ -122,6 +141,21 @@ export function agentView(agentId) {
     )
   }
 
+  /** A page of runs, or why there is none (the runs are read apart: the rest of the page does not wait on them). */
+  function renderRuns(r) {
+    if (r instanceof Error) {
+      runsStatus.replaceChildren(notice(`Runs not shown: ${r.message}`))
+      return
+    }
+    runsStatus.replaceChildren()
+    runs.replaceChildren(...(r.runs.length ? r.runs.map(runRow) : [h('tr', {}, h('td', { colspan: 7, class: 'empty' }, 'No runs on this page: its events name none.'))]))
+    runsPager.replaceChildren(
+      h('button', { type: 'button', disabled: runCursors.length === 0, onclick: () => page(() => runCursors.pop()) }, '← Later runs'),
+      h('span', { class: 'range' }, `page ${runCursors.length + 1}`),
+      h('button', { type: 'button', disabled: !r.next_cursor, onclick: () => page(() => runCursors.push(r.next_cursor)) }, 'Earlier runs →'),
+    )
+  }
+
   async function page(move) {
     move()
     await view.refresh()
@@ -132,9 +166,14 @@ export function agentView(agentId) {
     editing: () => form.editing(),
     async refresh() {
       try {
-        const [d, hourly] = await Promise.all([api.agent(agentId, { limit: EVENTS_PAGE, before: cursors.at(-1) }), api.hourly(agentId, 24)])
+        const [d, hourly, runPage] = await Promise.all([
+          api.agent(agentId, { limit: EVENTS_PAGE, before: cursors.at(-1) }),
+          api.hourly(agentId, 24),
+          api.runs(agentId, { limit: RUNS_PAGE, cursor: runCursors.at(-1) }).catch((err) => err),
+        ])
         render(d)
         chart.update(hourly.buckets)
+        renderRuns(runPage)
       } catch (err) {
         if (!(err instanceof ApiError) || err.status !== 404) throw err
         toggle.hidden = true
@@ -146,12 +185,47 @@ export function agentView(agentId) {
   return view
 }
 
-function eventRow(e) {
+/** A run of the agent: its link opens the run's page, as a click anywhere on its row does. */
+function runRow(r) {
+  const href = `#/runs/${encodeURIComponent(r.run_id)}`
+  return h(
+    'tr',
+    {
+      class: 'opens',
+      dataset: { runId: r.run_id },
+      onclick: (event) => {
+        if (!event.target.closest('a')) location.hash = href
+      },
+    },
+    h('th', { scope: 'row', class: 'id' }, h('a', { href, title: r.run_id }, r.run_id)),
+    h('td', {}, runStatus(r.status)),
+    h('td', {}, time(r.started_at, { seconds: true })),
+    h('td', { class: 'num' }, duration(r.duration_ms)),
+    h('td', { class: 'num' }, usd(r.cost_usd)),
+    h('td', { class: 'num' }, int(r.llm_calls)),
+    h('td', {}, r.models.length ? r.models.join(', ') : '—'),
+  )
+}
+
+const RUN_STATES = {
+  open: 'no agent_end yet, and its last event is recent',
+  ended: 'its agent_end arrived',
+  abandoned: 'no agent_end, and no event for RUN_ABANDONED_AFTER (24 h by default)',
+}
+
+/** A run's status as a badge: open, ended or abandoned. */
+export function runStatus(status) {
+  return h('span', { class: `badge run-${status}`, title: RUN_STATES[status] ?? '' }, status)
+}
+
+/** An event as a row; `agent`: with its agent's id (a run's events may come from several). */
+export function eventRow(e, { agent = false } = {}) {
   const what = e.event_type === 'tool_call' ? e.tool_name : e.model
   return h(
     'tr',
     {},
     h('td', {}, time(e.timestamp, { seconds: true })),
+    agent ? h('td', { class: 'id' }, h('a', { href: `#/agents/${encodeURIComponent(e.agent_id)}`, title: e.agent_id }, e.agent_id)) : null,
     h('td', {}, e.event_type),
     h('td', {}, what ?? '—', e.price_fallback ? h('span', { class: 'badge alert', title: 'priced as the default model: its price is unknown' }, 'fallback price') : null),
     h('td', { class: 'num' }, int(e.input_tokens)),

@@ -99,4 +99,6 @@ export const api = {
     return { blob: await res.blob(), name, more: res.headers.has('x-next-cursor') }
   },
   costDimensions: ({ from, to }) => request('GET', `costs/dimensions?${queryOf([['from', from], ['to', to]])}`),
+  runs: (id, { limit, cursor } = {}) => request('GET', `${agentPath(id)}/runs?${queryOf([['limit', limit], ['cursor', cursor]])}`),
+  run: (id, { limit, before } = {}) => request('GET', `runs/${encodeURIComponent(id)}?${queryOf([['limit', limit], ['before', before]])}`),
 }

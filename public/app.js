@@ -1,6 +1,7 @@
 // The burnrate dashboard: sign-in, hash routes, and a refresh every 10 s.
 //   #/agents          the agents of the last 24 h
 //   #/agents/<id>     one agent (the id percent-encoded)
+//   #/runs/<id>       one run (the id percent-encoded)
 //   #/costs           where the money went: cost by any dimension
 //   #/fleet           the fleet budget and pause
 
@@ -10,6 +11,7 @@ import { ApiError, onUnauthorized, session } from './api.js'
 import { costsView } from './costs.js'
 import { h, notice } from './dom.js'
 import { fleetView } from './fleet.js'
+import { runView } from './run.js'
 
 const REFRESH_MS = 10_000
 
@@ -34,6 +36,8 @@ function route() {
   const hash = location.hash || '#/agents'
   const agent = idAfter(hash, '#/agents/')
   if (agent) return { name: 'agents', make: () => agentView(agent) }
+  const run = idAfter(hash, '#/runs/')
+  if (run) return { name: 'agents', make: () => runView(run) }
   if (hash === '#/costs') return { name: 'costs', make: costsView }
   if (hash === '#/fleet') return { name: 'fleet', make: fleetView }
   return { name: 'agents', make: agentsView }

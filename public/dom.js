@@ -44,6 +44,18 @@ export const usd = (n) => (n === null || n === undefined ? '—' : usdFormat.for
 export const int = (n) => (n === null || n === undefined ? '—' : intFormat.format(n))
 export const pct = (fraction) => `${Math.round(fraction * 100)} %`
 
+/** A length of time for people: "850 ms", "12 s", "41 min 10 s", "2 h 5 min", "3 d 4 h". */
+export function duration(ms) {
+  if (ms === null || ms === undefined) return '—'
+  if (ms < 1000) return `${Math.round(ms)} ms`
+  const s = Math.floor(ms / 1000)
+  const [d, hr, min, sec] = [Math.floor(s / 86_400), Math.floor(s / 3600) % 24, Math.floor(s / 60) % 60, s % 60]
+  if (d) return hr ? `${d} d ${hr} h` : `${d} d`
+  if (hr) return min ? `${hr} h ${min} min` : `${hr} h`
+  if (min) return sec ? `${min} min ${sec} s` : `${min} min`
+  return `${sec} s`
+}
+
 /** A time for people (local), with the exact UTC instant in its title. */
 export function time(iso, { seconds = false } = {}) {
   if (!iso) return h('span', {}, '—')

@@ -368,9 +368,77 @@ describe.skipIf(SKIP)(SKIP ? SKIPPED : 'the dashboard in a real browser', () => 
     await older.click()
     await expect.poll(() => events.count(), WAIT).toBe(10)
     expect(await older.isDisabled()).toBe(true)
-    expect(await textOf(page.locator('.agent .pager .range'))).toBe('page 2')
+    expect(await textOf(page.locator('.agent nav[aria-label="Event pages"] .range'))).toBe('page 2')
     await page.getByRole('button', { name: '← Newer' }).click()
     await expect.poll(() => events.count(), WAIT).toBe(50)
+    await closeClean(w)
+  })
+
+  it("lists an agent's runs newest first, a page at a time; a run's row opens its page, with its events and each agent's part", async () => {
+    const key = await h.key(unique('u'))
+    const post = async (body: Record<string, unknown>) => expect((await h.post('/events', body, key)).statusCode).toBe(200)
+    // nightly-1: started, two calls, ended. Then 10 runs of a call each. Then nightly-2,
+    // started and one call, still open, which a helper agent shares with one call of its own.
+    await post({ agent_id: 'runner', event_type: 'agent_start', run_id: 'nightly-1' })
+    await post(llmCall('runner', { run_id: 'nightly-1' }))
+    await post(llmCall('runner', { run_id: 'nightly-1' }))
+    await post({ agent_id: 'runner', event_type: 'agent_end', run_id: 'nightly-1' })
+    for (let i = 0; i < 10; i++) await post(llmCall('runner', { run_id: `batch-${String(i).padStart(2, '0')}`, model: 'gpt-4o-mini' }))
+    await post({ agent_id: 'runner', event_type: 'agent_start', run_id: 'nightly-2' })
+    await post(llmCall('runner', { run_id: 'nightly-2' }))
+    await post(llmCall('helper', { run_id: 'nightly-2' }))
+    await h.flush()
+
+    const w = await open()
+    const { page } = w
+    await signIn(page, key)
+    await page.goto(`${base}#/agents/runner`)
+    const runs = page.locator('table.runs tbody tr')
+    const runIds = () => runs.locator('th').allTextContents()
+    const batches = (from: number, to: number) => Array.from({ length: from - to + 1 }, (_, i) => `batch-${String(from - i).padStart(2, '0')}`)
+    // 10 to a page, the newest start first: nightly-2, then the batches from the last.
+    await expect.poll(runIds, WAIT).toEqual(['nightly-2', ...batches(9, 1)])
+    // Status, started, duration, cost, LLM calls, models.
+    const cells = (n: number) => runs.nth(n).locator('td').allTextContents()
+    const [status, started, took, ...figures] = await cells(0)
+    expect([status, ...figures]).toEqual(['open', '$0.0075', '1', 'gpt-4o'])
+    expect(started).toMatch(/^\d+\/\d+\/\d+, /)
+    expect(await runs.nth(0).locator('time').getAttribute('datetime')).toBe(new Date((await api('/agents/runner/runs', key)).runs[0].started_at).toISOString())
+    expect(took).toMatch(/^\d+ (ms|s)$/)
+    const summary = async (n: number) => (await cells(n)).filter((_, i) => i !== 1 && i !== 2)
+    expect(await summary(1)).toEqual(['open', '$0.0005', '1', 'gpt-4o-mini'])
+    expect(await textOf(page.locator('nav[aria-label="Run pages"] .range'))).toBe('page 1')
+
+    await page.getByRole('button', { name: 'Earlier runs →' }).click()
+    await expect.poll(runIds, WAIT).toEqual(['batch-00', 'nightly-1'])
+    expect(await page.getByRole('button', { name: 'Earlier runs →' }).isDisabled()).toBe(true)
+    expect(await summary(1)).toEqual(['ended', '$0.015', '2', 'gpt-4o'])
+
+    // A click anywhere on the row opens the run.
+    await runs.nth(1).locator('td').first().click()
+    await eventuallyText(page.locator('h1.run-id')).toBe('nightly-1')
+    expect(page.url()).toBe(`${base}#/runs/nightly-1`)
+    expect(await textOf(page.locator('.run .heading .badge'))).toBe('ended')
+    await expect.poll(() => page.locator('table.events tbody tr td:nth-child(3)').allTextContents(), WAIT).toEqual(['agent_end', 'llm_call', 'llm_call', 'agent_start'])
+    expect(await page.locator('table.events tbody tr').first().locator('td').nth(1).textContent()).toBe('runner')
+    const overview = await textOf(page.locator('.run .stats'))
+    expect(overview).toContain('Cost$0.015')
+    expect(overview).toContain('LLM calls2')
+    expect(overview).toContain('Events4')
+    expect(await page.locator('table.models tbody tr td').allTextContents()).toEqual(['gpt-4o', '$0.015', '2', '2,000', '1,000'])
+
+    // The run the helper shares: one run of two agents, each agent's part beside the whole.
+    await page.goto(`${base}#/agents/runner`)
+    await runs.first().getByRole('link', { name: 'nightly-2' }).click()
+    await eventuallyText(page.locator('h1.run-id')).toBe('nightly-2')
+    await expect.poll(() => page.locator('table.by-agent tbody tr').count(), WAIT).toBe(2)
+    expect(await page.locator('table.by-agent tbody th').allTextContents()).toEqual(['helper', 'runner'])
+    expect(await textOf(page.locator('.run .stats'))).toContain('Cost$0.015')
+    expect(await page.locator('.run .crumbs a').allTextContents()).toEqual(['← Agents', '← helper', '← runner'])
+
+    // A run this key's user has none of.
+    await page.goto(`${base}#/runs/${encodeURIComponent('no such run')}`)
+    await eventuallyText(page.locator('.run [role="alert"]')).toBe('No such run for this key: none of its events names it.')
     await closeClean(w)
   })
 
