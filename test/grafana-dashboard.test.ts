@@ -78,6 +78,8 @@ const clock = new ManualClock(at(10, 0))
 const alice = unique("alice's")
 const bob = unique('bob')
 const UNPRICED = 'burnrate-test-unpriced-model'
+const OHARA = "o'hara\\"
+const ODD_KEY = "it's \\' a, (key) --"
 
 // Nano-USD of the seeded calls, by hand: gpt-4o is 2.5 / 10 USD per 1M input / output tokens,
 // gpt-4o-mini 0.15 / 0.6, and a model missing from the price table is priced as gpt-4o (the
@@ -129,17 +131,19 @@ async function seed() {
   await configure(aliceKey, '/config', { agent_id: 'a2', period_budgets: [{ window_days: 30, limit_usd: 1 }] }, 10, 6)
   // The fleet's month begins at 00:00 in Kolkata on the 10th: 18:30 UTC on the 9th.
   await configure(aliceKey, '/config/fleet', { cost_threshold_usd: 1000, period_budgets: [{ period: 'month', limit_usd: 400, time_zone: 'Asia/Kolkata', month_starts_on: 10 }] }, 10, 6)
-  await send(aliceKey, 10, 10, llmCall('a1'), GPT4O_1000_500)
-  await send(aliceKey, 10, 10, llmCall('a1'), GPT4O_1000_500)
-  await send(bobKey, 10, 15, llmCall('a1', { output_tokens: 50_000 }), GPT4O_1000_50000)
+  // Metadata for the "Cost by" panel: customers (one of them a quote and a backslash), a
+  // number, and a key that is all the characters a SQL literal fears.
+  await send(aliceKey, 10, 10, llmCall('a1', { metadata: { customer: 'acme', tier: 1 } }), GPT4O_1000_500)
+  await send(aliceKey, 10, 10, llmCall('a1', { metadata: { customer: 'acme', tier: 1 } }), GPT4O_1000_500)
+  await send(bobKey, 10, 15, llmCall('a1', { output_tokens: 50_000, metadata: { customer: 'acme' } }), GPT4O_1000_50000)
   await send(bobKey, 10, 15, llmCall('b1', { model: UNPRICED }), GPT4O_1000_500)
-  await send(aliceKey, 10, 20, llmCall('a2', { model: 'gpt-4o-mini' }), MINI_1000_500)
-  await send(aliceKey, 10, 30, llmCall('a3', { model: UNPRICED }), GPT4O_1000_500)
-  await send(aliceKey, 11, 5, llmCall('a1', { output_tokens: 5000 }), GPT4O_1000_5000)
+  await send(aliceKey, 10, 20, llmCall('a2', { model: 'gpt-4o-mini', metadata: { customer: OHARA, [ODD_KEY]: 'x' } }), MINI_1000_500)
+  await send(aliceKey, 10, 30, llmCall('a3', { model: UNPRICED, metadata: { customer: 'acme' } }), GPT4O_1000_500)
+  await send(aliceKey, 11, 5, llmCall('a1', { output_tokens: 5000, metadata: { customer: 'globex', feature: 'chat' } }), GPT4O_1000_5000)
   // a1 paused by hand and resumed: its newest transition says running.
   await configure(aliceKey, '/config/pause', { agent_id: 'a1', is_paused: true }, 11, 6)
   await configure(aliceKey, '/config/pause', { agent_id: 'a1', is_paused: false }, 11, 7)
-  await send(aliceKey, 11, 10, { agent_id: 'a2', event_type: 'tool_call', tool_name: 'search' }, 0)
+  await send(aliceKey, 11, 10, { agent_id: 'a2', event_type: 'tool_call', tool_name: 'search', metadata: { customer: 'acme' } }, 0)
   await send(aliceKey, 11, 10, { agent_id: 'a2', event_type: 'agent_start' }, 0)
   // a3 goes over its 0.01 USD budget (0.015): paused by the budget at 11:15.
   expect((await send(aliceKey, 11, 15, llmCall('a3'), GPT4O_1000_500)).paused).toBe(true)
@@ -160,10 +164,31 @@ async function seed() {
   await filler(FILLER.others, "concat('filler-', toString(number % 4))", 'f', 50, '2026-11-20 09:00:00', 36_000)
   await filler(FILLER.history, '{alice:String}', 'h', 100, '2026-11-01 00:00:00', HISTORY.stepUs)
   await filler(FILLER.september, '{alice:String}', 's', 3, '2026-09-10 00:00:00', 10_000_000)
+  // The metadata views get rows to skip of their own, written to them directly (the events
+  // above carry no metadata, so the events table's layout is the other panels' alone): other
+  // users' customers in the very hours the panels show, alice's customers of earlier days, and
+  // alice's request ids in the hour before the range, a key after "customer" in the views' order.
+  const dimensions = (rows: number, userSql: string, key: string, hourSql: string) =>
+    h.services.clickhouse.command({
+      query: `INSERT INTO hourly_dimensions (user_id, key, hour, value, agent_id, model, cost_nano, events, llm_calls, input_tokens, output_tokens)
+              SELECT ${userSql}, '${key}', ${hourSql}, concat('v', toString(number)), concat('f', toString(number % 50)), 'filler-model', 1000000, 1, 1, 0, 0
+              FROM numbers(${rows})`,
+      query_params: { alice },
+    })
+  await dimensions(FILLER.others, "concat('filler-', toString(number % 4))", 'customer', "toDateTime('2026-11-20 09:00:00', 'UTC') + toIntervalHour(number % 3)")
+  await dimensions(FILLER.history, '{alice:String}', 'customer', "toDateTime('2026-11-01 00:00:00', 'UTC') + toIntervalHour(intDiv(number, 500))")
+  await dimensions(FILLER.september, '{alice:String}', 'request_id', "toDateTime('2026-11-20 09:00:00', 'UTC')")
+  await h.services.clickhouse.command({
+    query: `INSERT INTO hourly_dimension_keys (user_id, hour, key, events)
+            SELECT concat('filler-', toString(number % 4)), toDateTime('2026-11-20 09:00:00', 'UTC') + toIntervalHour(number % 3), concat('k', toString(number)), 1
+            FROM numbers(${FILLER.others})`,
+  })
   // One part per month, as merges leave a table that has run a while: a part's own time
   // span no longer keeps a query out of it, only the table's keys can.
   await h.services.clickhouse.command({ query: 'OPTIMIZE TABLE events FINAL' })
   await h.services.clickhouse.command({ query: 'OPTIMIZE TABLE hourly_cost FINAL' })
+  await h.services.clickhouse.command({ query: 'OPTIMIZE TABLE hourly_dimensions FINAL' })
+  await h.services.clickhouse.command({ query: 'OPTIMIZE TABLE hourly_dimension_keys FINAL' })
 }
 
 beforeAll(async () => {
@@ -175,13 +200,13 @@ afterAll(() => h?.close())
 // ---- running a query as Grafana would --------------------------------------------------------
 
 /** Alice's view of 10:00-11:30 with every agent, top 10, one-minute interval. */
-function request(o: { user?: string; agent?: string[]; top?: string; from?: number; to?: number; intervalMs?: number } = {}): GrafanaRequest {
+function request(o: { user?: string; agent?: string[]; top?: string; key?: string; from?: number; to?: number; intervalMs?: number } = {}): GrafanaRequest {
   const agents: TemplateVariable = { current: o.agent ?? [ALL], options: ['a1', 'a2', 'a3'] }
   return {
     from: o.from ?? at(10, 0),
     to: o.to ?? at(11, 30),
     intervalMs: o.intervalMs ?? MIN,
-    variables: { user: { current: o.user ?? alice }, agent: agents, top: { current: o.top ?? '10' } },
+    variables: { user: { current: o.user ?? alice }, agent: agents, top: { current: o.top ?? '10' }, metadata_key: { current: o.key ?? 'customer' } },
   }
 }
 
@@ -246,8 +271,15 @@ describe('provisioning (deploy/grafana/)', () => {
     expect(variable('top')).toMatchObject({ type: 'custom', current: { value: '10' } })
   })
 
+  it('has the variable metadata_key: one key, following $user and the time range, in the order of its query', () => {
+    expect(variable('metadata_key')).toMatchObject({ type: 'query', datasource: DS, multi: false, includeAll: false, refresh: 2, sort: 0 })
+    expect(variableSql('metadata_key')).toContain('user_id = ${user:singlequote}')
+    // The key reaches the SQL percent-encoded, decoded by ClickHouse: a quote or a backslash in it ends no literal.
+    expect(panel(/^Cost by \$\{metadata_key\}/).targets[0]!.rawSql).not.toMatch(/\$\{?metadata_key(?!:percentencode\})/)
+  })
+
   it('gives every panel and query the provisioned data source, a SQL query in the format its panel needs, scoped to $user', () => {
-    expect(dashboard.panels).toHaveLength(8)
+    expect(dashboard.panels).toHaveLength(9)
     for (const p of dashboard.panels) {
       expect(p.datasource, p.title).toEqual(DS)
       expect(p.description, p.title).not.toBe('')
@@ -314,6 +346,39 @@ describe('panels (alice, 10:00-11:30 UTC, every agent)', () => {
       { model: UNPRICED, cost_usd: usd(GPT4O_1000_500) },
       { model: 'gpt-4o-mini', cost_usd: usd(MINI_1000_500) },
     ])
+  })
+
+  it('cost by a metadata key: USD per value of the chosen key, most expensive first, the top N by name and the rest as (other)', async () => {
+    const p = panel(/^Cost by \$\{metadata_key\}/)
+    expect(p.title).toBe('Cost by ${metadata_key} (top $top)')
+    const sql = p.targets[0]!.rawSql
+    const r = await run(sql, request())
+    expect(columns(r)).toEqual(['value String', 'cost_usd Float64'])
+    // acme: a1's two calls, a3's, and a2's tool call (0); bob's acme is bob's; a3's last call has no customer.
+    expect(r.data).toEqual([
+      { value: 'globex', cost_usd: usd(GPT4O_1000_5000) },
+      { value: 'acme', cost_usd: usd(3 * GPT4O_1000_500) },
+      { value: OHARA, cost_usd: usd(MINI_1000_500) },
+    ])
+    expect((await run(sql, request({ top: '1' }))).data).toEqual([
+      { value: 'globex', cost_usd: usd(GPT4O_1000_5000) },
+      { value: '(other)', cost_usd: usd(3 * GPT4O_1000_500 + MINI_1000_500) },
+    ])
+    expect((await run(sql, request({ agent: ['a2', 'a3'] }))).data).toEqual([
+      { value: 'acme', cost_usd: usd(GPT4O_1000_500) },
+      { value: OHARA, cost_usd: usd(MINI_1000_500) },
+    ])
+    expect((await run(sql, request({ user: bob }))).data).toEqual([{ value: 'acme', cost_usd: usd(GPT4O_1000_50000) }])
+    // A number is a value as its JSON text; a key a SQL literal fears is still that key.
+    expect((await run(sql, request({ key: 'tier' }))).data).toEqual([{ value: '1', cost_usd: usd(2 * GPT4O_1000_500) }])
+    expect((await run(sql, request({ key: ODD_KEY }))).data).toEqual([{ value: 'x', cost_usd: usd(MINI_1000_500) }])
+    // 11:00-11:30: the hour in progress, globex and the tool call.
+    expect((await run(sql, request({ from: at(11, 0) }))).data).toEqual([
+      { value: 'globex', cost_usd: usd(GPT4O_1000_5000) },
+      { value: 'acme', cost_usd: 0 },
+    ])
+    // No key in the range (the variable is empty): no rows, not the rows of an empty key.
+    expect((await run(sql, request({ key: '' }))).data).toEqual([])
   })
 
   it('agents paused now: the newest transition per agent, with its reason and since when', async () => {
@@ -463,6 +528,15 @@ describe('variables', () => {
     expect(october.data.map((x) => x.user_id)).toEqual([alice])
   })
 
+  it("metadata_key: the keys of the user's events in the range, the most used first", async () => {
+    const r = await run(variableSql('metadata_key'), request())
+    expect(columns(r)).toEqual(['key String'])
+    // customer on 6 events, tier on 2, feature and the odd key on 1 each (by their bytes).
+    expect(r.data.map((x) => x.key)).toEqual(['customer', 'tier', 'feature', ODD_KEY])
+    expect((await run(variableSql('metadata_key'), request({ user: bob }))).data.map((x) => x.key)).toEqual(['customer'])
+    expect((await run(variableSql('metadata_key'), request({ from: at(11, 0) }))).data.map((x) => x.key)).toEqual(['customer', 'feature'])
+  })
+
   it("agent: the user's agents active in the range", async () => {
     const r = await run(variableSql('agent'), request())
     expect(r.data.map((x) => x.agent_id)).toEqual(['a1', 'a2', 'a3'])
@@ -492,13 +566,14 @@ describe('reads: bounded by user and time range through the tables’ keys', () 
   const everyQuery = () => [
     ...dashboard.panels.map((p) => ({ name: p.title, sql: p.targets[0]!.rawSql })),
     { name: 'variable agent', sql: variableSql('agent') },
+    { name: 'variable metadata_key', sql: variableSql('metadata_key') },
   ]
 
   it('reads two granules or less per table it reads, not the 520,000 rows of other users and other times', async () => {
     // The fleet's month to date reads the user's month: its own test below.
     for (const { name, sql } of everyQuery().filter((q) => !/^Fleet month to date/.test(q.name))) {
       const r = await run(sql, request())
-      const tablesRead = sql.match(/\bFROM (events|hourly_cost|pause_transitions|agent_configs)\b/g)!.length
+      const tablesRead = sql.match(/\bFROM (events|hourly_cost|hourly_dimensions|hourly_dimension_keys|pause_transitions|agent_configs)\b/g)!.length
       // A granule is 8,192 rows: the user's rows in the range and the granules at its edges.
       expect(r.statistics.rows_read, name).toBeLessThanOrEqual(tablesRead * 2 * 8192)
     }
@@ -527,6 +602,21 @@ describe('reads: bounded by user and time range through the tables’ keys', () 
         expect(pk['Initial Granules']!, name).toBeGreaterThan(50)
         expect(pk['Selected Granules']!, name).toBeLessThanOrEqual(2)
       }
+    }
+  })
+
+  it("reads the chosen key's rows of the user's hours only, by hourly_dimensions' own order", async () => {
+    const steps = (await reads(interpolate(sqlOf(/^Cost by \$\{metadata_key\}/), request({ key: ODD_KEY })))).filter((s) => s.Indexes?.some((i) => i.Keys?.includes('key')))
+    expect(steps).toHaveLength(2)
+    for (const step of steps) {
+      const pk = step.Indexes!.find((i) => i.Type === 'PrimaryKey')!
+      expect(pk.Keys).toEqual(['user_id', 'key', 'hour'])
+      expect(pk.Condition).toMatch(/user_id in \[/)
+      expect(pk.Condition).toMatch(/key in \[/)
+      expect(pk.Condition).toContain(`hour in [${at(10, 0) / 1000}, +Inf)`)
+      // Of 520,000 filler rows: other users' in these hours, alice's of other days and keys.
+      expect(pk['Initial Granules']!).toBeGreaterThan(50)
+      expect(pk['Selected Granules']!).toBeLessThanOrEqual(2)
     }
   })
 

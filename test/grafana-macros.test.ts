@@ -42,6 +42,10 @@ describe('expanding as Grafana and the plugin do', () => {
     expect(replaceVariables('IN (${agent:singlequote})', r.variables)).toBe("IN ('x','y\\'z')")
     expect(replaceVariables('IN (${every:singlequote})', r.variables)).toBe("IN ('p','q')")
     expect(replaceVariables('$__timeFilter(ts) $unknown', r.variables)).toBe('$__timeFilter(ts) $unknown')
+    // :percentencode leaves only letters, digits, -_.~ and %: no quote or backslash to end a literal.
+    expect(replaceVariables("'${user:percentencode}'", r.variables)).toBe("'o%27neil'")
+    expect(replaceVariables('${k:percentencode}', { k: { current: 'a\\\' b,(c)*!~é🚀' } })).toBe('a%5C%27%20b%2C%28c%29%2A%21~%C3%A9%F0%9F%9A%80')
+    expect(replaceVariables('${agent:percentencode}', r.variables)).toBe('%7Bx%2Cy%27z%7D')
   })
 
   it('$__conditionalAll: the condition, or 1=1 for All', () => {

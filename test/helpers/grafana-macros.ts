@@ -112,6 +112,13 @@ function format(value: string | readonly string[], fmt: string | undefined): str
       const quote = (v: string) => `'${v.replace(/'/g, "''")}'`
       return many ? many.map(quote).join(',') : quote(value as string)
     }
+    case 'percentencode': {
+      // Grafana's percentencode (encodeURIComponentStrict): encodeURIComponent, and the
+      // characters it leaves as they are that RFC 3986 reserves, !'()*, encoded too; several
+      // values as one, in braces.
+      const encode = (v: string) => encodeURIComponent(v).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+      return many ? encode(`{${many.join(',')}}`) : encode(value as string)
+    }
     case 'raw':
     case 'csv':
       return many ? many.join(',') : (value as string)
