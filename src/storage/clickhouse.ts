@@ -1,5 +1,6 @@
 import { mkdirSync } from 'node:fs'
 import { createClient, type ClickHouseClient, type ClickHouseClientConfigOptions } from '@clickhouse/client'
+import { Session } from 'chdb'
 import { createChdbConnection } from 'chdb/connection'
 import type { Config } from '../config.ts'
 
@@ -40,7 +41,35 @@ export function createClickHouse(config: Pick<Config, 'clickhouse' | 'clickhouse
   rawInserts.set(client, async (table, body, token) => {
     await connection.chdb.rawInsert({ table, values: body, format: 'JSONEachRow', settings: { insert_deduplication_token: token, deduplicate_blocks_in_dependent_materialized_views: 1 } })
   })
+  const path = config.clickhouse.path
+  streamingSelects.set(client, (query, params, format) => sessionStream(path, query, params, format))
   return client
+}
+
+/**
+ * A streaming SELECT of an embedded client: the result's chunks as chDB formats them, each a
+ * whole output of `format` (storage/stream.ts joins them). It runs on a chDB Session of its
+ * own on the same data path, opened for it and closed after it: on the client's session the
+ * next query of anyone (a read, the shipper's INSERT) ends a stream under way ("No active
+ * streaming query"), while on its own session it runs beside them. Its parameters are bound
+ * by the engine, as a query's of the client are, and it is cancelled by stopping the
+ * iteration: the engine stops at its next block.
+ */
+export type StreamingSelect = (query: string, params: Record<string, unknown>, format: string) => AsyncIterable<Uint8Array>
+
+const streamingSelects = new WeakMap<ClickHouseClient, StreamingSelect>()
+
+export function streamingSelectOf(client: ClickHouseClient): StreamingSelect | undefined {
+  return streamingSelects.get(client)
+}
+
+async function* sessionStream(path: string, query: string, params: Record<string, unknown>, format: string): AsyncGenerator<Uint8Array> {
+  const session = new Session(path)
+  try {
+    for await (const chunk of session.queryStreamBind(query, params, { format })) yield chunk.raw()
+  } finally {
+    session.close()
+  }
 }
 
 /**
