@@ -22,6 +22,8 @@ import { configRoutes } from './routes/config.ts'
 import { costsRoutes } from './routes/costs.ts'
 import { DASHBOARD_ROUTES, dashboardRoutes } from './routes/dashboard.ts'
 import { eventsRoutes } from './routes/events.ts'
+import { exportRoutes } from './routes/exports.ts'
+import type { ExportService } from './exports/service.ts'
 import { healthRoutes } from './routes/health.ts'
 import { holdsRoutes } from './routes/holds.ts'
 import { REFERENCE_PREFIX, openapiRoutes } from './routes/openapi.ts'
@@ -50,6 +52,7 @@ export interface AppDeps {
   holds: HoldService
   agents: AgentService
   runs: RunService
+  exports: ExportService
   keys: ApiKeys
   /** The time failed authentications are counted by (tests step it). */
   clock?: Clock
@@ -197,6 +200,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(agentsRoutes(deps.agents, limits))
   await app.register(costsRoutes(deps.clickhouse, deps.clock ?? systemClock, limits))
   await app.register(runsRoutes(deps.runs, limits))
+  await app.register(exportRoutes(deps.exports, deps.clock ?? systemClock, limits))
   await app.register(dashboardRoutes())
   await app.register(openapiRoutes())
   return app

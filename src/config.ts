@@ -63,6 +63,7 @@ export const envSchema = z.object({
   EVENTS_RATE_LIMIT: positiveInt.default(120),
   READS_RATE_LIMIT: positiveInt.default(600),
   CONFIG_RATE_LIMIT: positiveInt.default(60),
+  EXPORT_CONCURRENCY: positiveInt.default(2),
   WEBHOOK_ALLOW_PRIVATE: bool.default(false),
   WEBHOOK_TIMEOUT_MS: positiveInt.default(5000),
   JOURNAL_FSYNC: bool.default(false),
@@ -137,6 +138,8 @@ export interface Config {
   readonly logLevel: string
   readonly pricesFile?: string
   readonly rateLimits: { readonly events: number; readonly reads: number; readonly config: number }
+  /** Exports (GET /export) one instance runs at once. */
+  readonly exportConcurrency: number
   readonly webhook: { readonly allowPrivate: boolean; readonly timeoutMs: number }
   /**
    * The journal: fdatasync per group write (embedded), the backlog bound in rows,
@@ -187,6 +190,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel: e.LOG_LEVEL,
     pricesFile: e.PRICES_FILE,
     rateLimits: { events: e.EVENTS_RATE_LIMIT, reads: e.READS_RATE_LIMIT, config: e.CONFIG_RATE_LIMIT },
+    exportConcurrency: e.EXPORT_CONCURRENCY,
     webhook: { allowPrivate: e.WEBHOOK_ALLOW_PRIVATE, timeoutMs: e.WEBHOOK_TIMEOUT_MS },
     journal: { fsync: e.JOURNAL_FSYNC, maxRows: e.JOURNAL_MAX_ROWS, leaseMs: e.JOURNAL_LEASE_MS },
     ship: { intervalMs: e.SHIP_INTERVAL_MS, maxRows: e.SHIP_MAX_ROWS },

@@ -18,6 +18,7 @@ export const PROBLEMS = {
   internal: { status: 500, title: 'Internal server error' },
   store_unavailable: { status: 503, title: 'A backing store is unavailable' },
   journal_full: { status: 503, title: 'The journal holds its bound of events not yet stored in ClickHouse' },
+  export_busy: { status: 503, title: 'This instance runs as many exports as it may' },
 } as const satisfies Record<string, { status: number; title: string }>
 
 export type ProblemCode = keyof typeof PROBLEMS

@@ -4,6 +4,7 @@ import { PAUSE_REASONS, isMeterId, shownReason } from './hot-state/meters.ts'
 import { isFleet, type AgentRef } from './hot-state/agent-ref.ts'
 import { type BudgetAlert, type Transition } from './hot-state/types.ts'
 import { backlogAgeSeconds, type JournalBacklog } from './journal/types.ts'
+import { EXPORT_FORMATS } from './storage/exports.ts'
 import type { MergeStats } from './storage/merges.ts'
 
 /**
@@ -20,6 +21,8 @@ export interface Metrics {
   /** Agents flagged for calling the model after their pause and its grace, once per pause. */
   ignoredPauses: Counter
   holds: Counter<'result'>
+  /** Exports (GET /export, `burnrate export` through a server) by format and outcome. */
+  exports: Counter<'format' | 'outcome'>
   /** A batch of the journal is in ClickHouse. */
   shipped(s: { rows: number; durationMs: number; waitedMs: number[] }): void
   /** Changes of pause state the service made (ingestion, POST /config/pause, a rebuild): the pauses are counted. */
@@ -75,6 +78,13 @@ export function createMetrics(sources: {
     alerts.inc({ scope }, 0)
     for (const reason of PAUSE_REASONS) pauses.inc({ scope, reason }, 0)
   }
+  const exports = new Counter({
+    name: 'burnrate_exports_total',
+    help: 'Exports of events by format and outcome: completed, cancelled (the client went away), failed, busy (refused: every export slot taken)',
+    labelNames: ['format', 'outcome'],
+    registers: [registry],
+  })
+  for (const format of EXPORT_FORMATS) for (const outcome of ['completed', 'cancelled', 'failed', 'busy']) exports.inc({ format, outcome }, 0)
   const shipBatches = new Counter({ name: 'burnrate_ship_batches_total', help: 'Journal batches stored in ClickHouse (one INSERT per table each)', registers: [registry] })
   const shipRows = new Counter({ name: 'burnrate_ship_rows_total', help: 'Journal rows stored in ClickHouse', registers: [registry] })
   const shipSeconds = new Histogram({
@@ -104,6 +114,7 @@ export function createMetrics(sources: {
       registers: [registry],
     }),
     holds,
+    exports,
     deadLetters: new Counter({ name: 'burnrate_ship_dead_letters_total', help: 'Journal rows ClickHouse refused for their content, moved to the dead_letters table', registers: [registry] }),
     shipped(s) {
       shipBatches.inc()

@@ -7,6 +7,7 @@ import { holdBody, holdParams } from './schemas/hold.ts'
 import { costDimensionsParams, costsParams } from './schemas/costs.ts'
 import { agentParams, agentQuery, agentsQuery, auditQuery, eventsQuery, hourlyQuery } from './schemas/query.ts'
 import { runParams, runsQuery } from './schemas/runs.ts'
+import { exportQuery } from './schemas/export.ts'
 import {
   agentReply,
   agentsReply,
@@ -49,7 +50,8 @@ export interface RouteDoc {
   body?: z.ZodType
   query?: z.ZodObject
   params?: z.ZodObject
-  reply: z.ZodType
+  /** The JSON answer's schema, or `files`: the media types of a file answer. */
+  reply: z.ZodType | { files: readonly string[] }
   /** What the route itself may answer besides what every authenticated route may (COMMON). */
   errors: readonly ProblemCode[]
 }
@@ -193,6 +195,16 @@ export const ROUTES: readonly RouteDoc[] = [
     errors: ['invalid_query'],
   },
   { method: 'get', path: '/audit', summary: "The user's audit log, newest first (paged)", tag: 'read', auth: true, query: auditQuery, reply: auditReply, errors: ['invalid_query'] },
+  {
+    method: 'get',
+    path: '/export',
+    summary: "The user's events of a time range as a file (CSV, NDJSON or Parquet), oldest first, every stored field, streamed",
+    tag: 'read',
+    auth: true,
+    query: exportQuery,
+    reply: { files: ['text/csv', 'application/x-ndjson', 'application/vnd.apache.parquet'] },
+    errors: ['invalid_query', 'export_busy'],
+  },
 ]
 
 /** The problem codes a route may answer, by HTTP status. */
@@ -225,7 +237,11 @@ function parameters(schema: z.ZodObject | undefined, where: 'query' | 'path') {
 }
 
 function operation(route: RouteDoc) {
-  const responses: Record<string, unknown> = { 200: { description: 'OK', content: { 'application/json': { schema: jsonSchema(route.reply, 'output') } } } }
+  const content =
+    'files' in route.reply
+      ? Object.fromEntries(route.reply.files.map((type) => [type, { schema: { type: 'string', contentMediaType: type } }]))
+      : { 'application/json': { schema: jsonSchema(route.reply, 'output') } }
+  const responses: Record<string, unknown> = { 200: { description: 'OK', content } }
   for (const [status, codes] of [...errorsOf(route)].sort(([a], [b]) => a - b)) {
     const problem = jsonSchema(problemReply, 'output') as { properties: Record<string, unknown> }
     responses[status] = {

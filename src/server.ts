@@ -21,6 +21,7 @@ import { announceBudgetPauses, WebhookPauseNotifier } from './ingest/notify.ts'
 import { agentLoader, rebuildHotState } from './ingest/rebuild.ts'
 import { IngestService } from './ingest/service.ts'
 import { HoldService } from './holds/service.ts'
+import { ExportService } from './exports/service.ts'
 import { keepJournal } from './journal/keeper.ts'
 import { RedisJournal } from './journal/redis-streams.ts'
 import { SegmentLog } from './journal/segment-log.ts'
@@ -52,6 +53,7 @@ export interface Services {
   shipper: Shipper
   agents: AgentService
   runs: RunService
+  exports: ExportService
   keys: ApiKeys
   webhooks: WebhookNotifier
   /** Stores what is pending, lets notifications finish (bounded), closes the stores. */
@@ -175,6 +177,7 @@ export async function openServices(
     },
   })
   const runs = new RunService({ clickhouse, hotState, clock, abandonedAfterMs: config.runAbandonedAfterMs })
+  const exports = new ExportService({ clickhouse, concurrency: config.exportConcurrency, onOutcome: (format, outcome) => metrics.exports.inc({ format, outcome }) })
   const keys = new ApiKeys(clickhouse, {
     clock,
     cacheTtlMs: config.keyCacheTtlMs,
@@ -204,6 +207,7 @@ export async function openServices(
     shipper,
     agents,
     runs,
+    exports,
     keys,
     webhooks,
     async close() {
