@@ -251,7 +251,7 @@ export async function startServer(config: Config): Promise<RunningServer> {
   let admin: Server | null = null
   let metricsServer: Server | null = null
   try {
-    admin = await startAdminSocket(adminSocketPath(config.dataDir), services.keys)
+    admin = await startAdminSocket(adminSocketPath(config.dataDir), services.keys, services.exports)
     if (config.metricsPort !== undefined) metricsServer = await serveMetrics(services.metrics.registry, config.metricsPort, config.host)
     const address = await app.listen({ port: config.port, host: config.host })
     let closing: Promise<void> | null = null

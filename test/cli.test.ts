@@ -11,6 +11,7 @@ import { api, BIN, cleanup, createKey, drained, freshDataDir, lastLine, runCli, 
 afterEach(() => cleanup())
 
 const KEY_FORMAT = /^br_[0-9a-f]{12}_[A-Za-z0-9_-]{43}$/
+const exportSynopsis = 'burnrate export --user <user> [--from <time>] [--to <time>] [--format <format>] [--out <file>]'
 
 /** The rows of `burnrate keys list` (tab-separated, one header line), by key id. */
 function parseList(stdout: string): Map<string, { user: string; name: string; rateLimit: string; created: string; revoked: string }> {
@@ -185,7 +186,7 @@ describe('burnrate help and --version', () => {
     const r = await runCli([arg], { DATA_DIR: dataDir })
     expect(r).toMatchObject({ code: 0, stderr: '' })
     expect(r.stdout).toMatch(/^burnrate: .+\n\nusage: burnrate <command>\n/)
-    for (const line of ['  serve ', '  migrate ', '  keys create --user <user> [--name <label>] [--rate-limit <per minute>]', '  keys list ', '  keys revoke <key-id> ', '-h, --help', '-v, --version']) {
+    for (const line of ['  serve ', '  migrate ', '  keys create --user <user> [--name <label>] [--rate-limit <per minute>]', '  keys list ', '  keys revoke <key-id> ', `  ${exportSynopsis.slice('burnrate '.length)}\n`, '-h, --help', '-v, --version']) {
       expect(r.stdout).toContain(line)
     }
     expect(existsSync(dataDir)).toBe(false)
@@ -198,6 +199,7 @@ describe('burnrate help and --version', () => {
     ['keys create', 'burnrate keys create --user <user> [--name <label>] [--rate-limit <per minute>]', ['--user <user>', '--name <label>', '--rate-limit <per minute>']],
     ['keys list', 'burnrate keys list', ['KEY ID']],
     ['keys revoke', 'burnrate keys revoke <key-id>', ['<key-id> is the KEY ID column']],
+    ['export', exportSynopsis, ['--format <format>', 'csv (with a header row), ndjson or parquet', '[--from, --to)', 'admin socket']],
   ])('burnrate %s: --help, -h and burnrate help <command> show what it does and takes', async (command, synopsis, mentions) => {
     const words = command.split(' ')
     const dataDir = untouchedDataDir()
@@ -233,7 +235,7 @@ describe('burnrate refuses a wrong command line: exit 2, the reason, the usage',
   const top = 'burnrate <command>'
   const create = 'burnrate keys create --user <user> [--name <label>] [--rate-limit <per minute>]'
   it.each<[string[], RegExp, string]>([
-    [[], /^burnrate: a command is required \(serve, migrate or keys\)$/, top],
+    [[], /^burnrate: a command is required \(serve, migrate, keys or export\)$/, top],
     [['frobnicate'], /^burnrate: unknown command 'frobnicate'$/, top],
     [['--bogus'], /^burnrate: unknown option --bogus$/, top],
     [['--version', 'now'], /^burnrate: unexpected argument 'now'$/, top],
@@ -262,6 +264,13 @@ describe('burnrate refuses a wrong command line: exit 2, the reason, the usage',
     [['keys', 'revoke'], /^burnrate keys revoke: <key-id> is required$/, 'burnrate keys revoke <key-id>'],
     [['keys', 'revoke', 'abc', 'def'], /^burnrate keys revoke: unexpected argument 'def'$/, 'burnrate keys revoke <key-id>'],
     [['keys', 'revoke', '--force', 'abc'], /^burnrate keys revoke: unknown option --force$/, 'burnrate keys revoke <key-id>'],
+    [['export'], /^burnrate export: --user is required$/, exportSynopsis],
+    [['export', '--user', 'alice', '--format', 'xml'], /^burnrate export: --format must be one of csv, ndjson, parquet$/, exportSynopsis],
+    [['export', '--user', 'alice', 'november'], /^burnrate export: unexpected argument 'november'$/, exportSynopsis],
+    [['export', '--user', 'alice', '--from', 'yesterday'], /^burnrate export: --from: must be an ISO 8601 date/, exportSynopsis],
+    [['export', '--user', 'alice', '--to', '2026-11-01T00:00:00'], /^burnrate export: --to: must be an ISO 8601 date/, exportSynopsis],
+    [['export', '--user', 'alice', '--from', '2026-12-01', '--to', '2026-11-01'], /^burnrate export: --from: must be before to/, exportSynopsis],
+    [['export', '--user', 'alice', '--from', '2025-01-01', '--to', '2026-01-03'], /^burnrate export: --from: must be at most 366 days before to$/, exportSynopsis],
   ])('burnrate %j', async (args, reason, usage) => {
     const dataDir = untouchedDataDir()
     expectUsageError(await runCli(args, { DATA_DIR: dataDir }), reason, usage)
@@ -269,14 +278,14 @@ describe('burnrate refuses a wrong command line: exit 2, the reason, the usage',
   })
 
   it('whatever junk is added to a command line, the answer is exit 2 and the usage, never a stack trace', async () => {
-    const known = new Set(['--help', '-h', '--version', '-v', '--user', '--name', '--rate-limit', 'help', 'serve', 'migrate', 'keys', 'create', 'list', 'revoke'])
+    const known = new Set(['--help', '-h', '--version', '-v', '--user', '--name', '--rate-limit', '--from', '--to', '--format', '--out', 'help', 'serve', 'migrate', 'keys', 'create', 'list', 'revoke', 'export'])
     const junk = fc.oneof(
       fc.stringMatching(/^--[a-z][a-z0-9-]{0,11}$/), // an unknown option
       fc.stringMatching(/^--[a-z][a-z-]{0,8}=[a-z0-9_.:/-]{0,6}$/), // one with a value
       fc.constantFrom('-x', '-q', '-Z', '-9', '-xq'), // unknown short options
       fc.stringMatching(/^[a-z0-9][a-z0-9_.]{0,9}$/), // a stray word
     ).filter((word) => !known.has(word.split('=')[0]!))
-    const commands = [['serve'], ['migrate'], ['keys'], ['keys', 'create', '--user', 'alice'], ['keys', 'list'], ['keys', 'revoke', '0123456789ab']]
+    const commands = [['serve'], ['migrate'], ['keys'], ['keys', 'create', '--user', 'alice'], ['keys', 'list'], ['keys', 'revoke', '0123456789ab'], ['export', '--user', 'alice']]
     const dataDir = untouchedDataDir()
     await fc.assert(
       fc.asyncProperty(fc.constantFrom(...commands), fc.array(fc.tuple(junk, fc.nat()), { minLength: 1, maxLength: 3 }), async (command, additions) => {

@@ -1,7 +1,11 @@
 import { existsSync, unlinkSync } from 'node:fs'
-import { createServer, request, type Server } from 'node:http'
+import { createServer, request, type IncomingMessage, type Server } from 'node:http'
 import { join } from 'node:path'
+import { pipeline } from 'node:stream/promises'
 import type { ApiKeys } from '../auth/api-keys.ts'
+import { Problem } from '../errors.ts'
+import type { ExportService } from '../exports/service.ts'
+import { exportRange, type ExportRange } from '../schemas/export.ts'
 
 /**
  * The admin socket: a Unix socket under DATA_DIR through which `burnrate keys …` reaches
@@ -20,11 +24,27 @@ export async function claimAdminSocket(path: string): Promise<void> {
   unlinkSync(path)
 }
 
-export async function startAdminSocket(path: string, keys: ApiKeys): Promise<Server> {
+export async function startAdminSocket(path: string, keys: ApiKeys, exports: ExportService): Promise<Server> {
   await claimAdminSocket(path)
   const server = createServer((req, res) => {
     const send = (status: number, body: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body))
+    }
+    if (req.method === 'GET' && req.url?.startsWith('/export?')) {
+      // `burnrate export`: the CLI has checked the range; the export takes one of the server's slots.
+      const run = async () => {
+        const { user, range } = exportRequest(req)
+        const { stream, contentType } = await exports.open(user, range)
+        res.writeHead(200, { 'content-type': contentType })
+        // The CLI going away closes the response, and pipeline destroys the stream: the query stops.
+        await pipeline(stream, res)
+      }
+      run().catch((err: unknown) => {
+        if (res.headersSent) return void res.destroy()
+        const status = err instanceof Problem ? err.status : 500
+        send(status, { error: err instanceof Error ? err.message : String(err) })
+      })
+      return
     }
     let text = ''
     req.setEncoding('utf8')
@@ -57,6 +77,20 @@ export async function startAdminSocket(path: string, keys: ApiKeys): Promise<Ser
   return server
 }
 
+/** The admin socket's export request: the user, and the range the CLI resolved (microseconds). */
+function exportRequest(req: IncomingMessage): { user: string; range: ExportRange } {
+  const q = new URL(req.url ?? '/', 'http://admin').searchParams
+  const fromUs = Number(q.get('from_us'))
+  const toUs = Number(q.get('to_us'))
+  const format = q.get('format')
+  const user = q.get('user') ?? ''
+  if (!user || !Number.isSafeInteger(fromUs) || !Number.isSafeInteger(toUs) || (format !== 'csv' && format !== 'ndjson' && format !== 'parquet')) {
+    throw new Problem('invalid_query', 'an export needs user, from_us, to_us and format')
+  }
+  // The same bounds as GET /export's.
+  return { user, range: exportRange({ from: fromUs, to: toUs, format }, Date.now()) }
+}
+
 export class AdminError extends Error {
   readonly status: number
   constructor(status: number, message: string) {
@@ -81,6 +115,30 @@ export function adminRequest<T>(path: string, method: 'GET' | 'POST', url: strin
     })
     req.on('error', reject)
     req.end(body === undefined ? undefined : JSON.stringify(body))
+  })
+}
+
+/** A running server's export of one user's range: its bytes as they come (a failure rejects with the server's message). */
+export function adminExport(path: string, user: string, range: ExportRange): Promise<IncomingMessage> {
+  const query = new URLSearchParams({ user, from_us: String(range.fromUs), to_us: String(range.toUs), format: range.format })
+  return new Promise((resolve, reject) => {
+    const req = request({ socketPath: path, method: 'GET', path: `/export?${query}` }, (res) => {
+      if (res.statusCode === 200) return resolve(res)
+      let text = ''
+      res.setEncoding('utf8')
+      res.on('data', (c: string) => (text += c))
+      res.on('end', () => {
+        let message = `admin socket answered ${res.statusCode}`
+        try {
+          message = (JSON.parse(text) as { error?: string }).error ?? message
+        } catch {
+          // not JSON: the status says it
+        }
+        reject(new AdminError(res.statusCode ?? 500, message))
+      })
+    })
+    req.on('error', reject)
+    req.end()
   })
 }
 

@@ -36,6 +36,9 @@ const help: OptionSpec = { type: 'boolean', short: 'h', help: 'show this help an
 
 const USER = /^[^\s\p{Cc}]{1,128}$/u
 
+// The formats of GET /export (storage/exports.ts), named here so that --help loads nothing.
+const EXPORT_FORMAT_NAMES = ['csv', 'ndjson', 'parquet']
+
 const KEY_COMMANDS_NOTE =
   'Works whether or not a server runs on DATA_DIR: with one running, the command goes\n' +
   'through its admin socket (DATA_DIR/burnrate.sock) and takes effect there at once.'
@@ -46,7 +49,7 @@ export const COMMANDS: Readonly<Record<string, CommandSpec>> = {
     summary: 'meters what AI agents spend on LLM calls and pauses the ones over budget',
     positionals: [],
     options: { help, version: { type: 'boolean', short: 'v', help: 'print the version and exit' } },
-    subcommands: ['serve', 'migrate', 'keys create', 'keys list', 'keys revoke'],
+    subcommands: ['serve', 'migrate', 'keys create', 'keys list', 'keys revoke', 'export'],
     details:
       'Configured by the environment: PORT, HOST, DATA_DIR, CLICKHOUSE_URL, REDIS_URL, LOG_LEVEL,\n' +
       'PRICES_FILE and the others docs/configuration.md lists. `burnrate help <command>` or\n' +
@@ -120,6 +123,36 @@ export const COMMANDS: Readonly<Record<string, CommandSpec>> = {
       '<key-id> is the KEY ID column of `burnrate keys list` (the 12 characters after br_ in the key).\n' +
       'Exits 1 when no key has that id or the key was already revoked.\n' +
       KEY_COMMANDS_NOTE,
+  },
+  export: {
+    name: 'export',
+    summary: "write a user's events of a time range as CSV, NDJSON or Parquet",
+    positionals: [],
+    options: {
+      user: {
+        type: 'string',
+        value: '<user>',
+        required: true,
+        help: 'the user whose events are exported (required)',
+        check: (v) => (USER.test(v) ? undefined : '--user must be 1 to 128 characters, without spaces or control characters'),
+      },
+      from: { type: 'string', value: '<time>', help: 'the first instant, ISO 8601 (2026-11-01 or 2026-11-01T00:00:00Z; default: a day before --to)' },
+      to: { type: 'string', value: '<time>', help: 'the instant after the last, ISO 8601 (default: now)' },
+      format: {
+        type: 'string',
+        value: '<format>',
+        help: 'csv (with a header row), ndjson or parquet (default: csv)',
+        check: (v) => (EXPORT_FORMAT_NAMES.includes(v) ? undefined : `--format must be one of ${EXPORT_FORMAT_NAMES.join(', ')}`),
+      },
+      out: { type: 'string', value: '<file>', help: 'write to this file (default: stdout); it appears once the export is whole' },
+      help,
+    },
+    details:
+      'The events whose timestamp is in [--from, --to), oldest first, every stored field: the same\n' +
+      'bytes as GET /export. A range is at most 366 days. Works whether or not a server runs on\n' +
+      'DATA_DIR: with one running on an embedded ClickHouse, the export goes through its admin socket\n' +
+      '(DATA_DIR/burnrate.sock) and takes one of its export slots; with CLICKHOUSE_URL, the command\n' +
+      'reads ClickHouse itself. Exits 1 when the export fails (a partial --out file is removed).',
   },
 }
 

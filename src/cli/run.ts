@@ -1,5 +1,7 @@
 import type { ClickHouseClient } from '@clickhouse/client'
-import { existsSync } from 'node:fs'
+import { createWriteStream, existsSync, renameSync, rmSync } from 'node:fs'
+import type { Readable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
 import type { CreatedKey } from '../auth/api-keys.ts'
 import { ApiKeys } from '../auth/api-keys.ts'
 import { systemClock } from '../clock.ts'
@@ -8,7 +10,12 @@ import { startServer } from '../server.ts'
 import { createClickHouse } from '../storage/clickhouse.ts'
 import type { ApiKeyRecord } from '../storage/keys.ts'
 import { migrate } from '../storage/migrations.ts'
-import { AdminError, adminRequest, adminSocketPath, isListening } from './admin.ts'
+import { Problem } from '../errors.ts'
+import { parse } from '../routes/parse.ts'
+import { exportQuery, exportRange, type ExportRange } from '../schemas/export.ts'
+import { exportEvents } from '../storage/exports.ts'
+import { AdminError, adminExport, adminRequest, adminSocketPath, isListening } from './admin.ts'
+import { COMMANDS, usage } from './commands.ts'
 import { complain, holdConsole, say } from './output.ts'
 
 /** Runs a command whose command line commands.ts has checked. Resolves to the exit status. */
@@ -24,6 +31,8 @@ export function run(command: string, config: Config, values: Record<string, stri
       return listKeys(config)
     case 'keys revoke':
       return revokeKey(config, positionals[0]!)
+    case 'export':
+      return exportCommand(config, values)
     default:
       throw new Error(`no handler for the command '${command}'`)
   }
@@ -180,5 +189,54 @@ async function revokeKey(config: Config, keyId: string): Promise<number> {
     return 1
   }
   say(`revoked key ${outcome.revoked.keyId} of user ${outcome.revoked.userId}`)
+  return 0
+}
+
+/**
+ * `burnrate export`: the same query as GET /export, through a running server's admin socket
+ * (it holds the embedded data path) or on ClickHouse itself. The bytes go to stdout, or to
+ * --out through a file beside it that is renamed once the export is whole.
+ */
+async function exportCommand(config: Config, values: Record<string, string | undefined>): Promise<number> {
+  let range: ExportRange
+  try {
+    range = exportRange(parse(exportQuery, { from: values.from, to: values.to, format: values.format }, 'invalid_query'), Date.now())
+  } catch (err) {
+    if (!(err instanceof Problem)) throw err
+    // The fields are the options: "from: …" is "--from: …".
+    const reason = (err.errors ?? []).map((e) => `--${e.field}: ${e.message}`).join('; ') || err.message
+    complain(`burnrate export: ${reason}\n\n${usage(COMMANDS.export!, { brief: true })}`)
+    return 2
+  }
+  const user = values.user!
+  const out = values.out
+  const write = async (source: Readable) => {
+    if (out === undefined) return pipeline(source, process.stdout)
+    const partial = `${out}.partial`
+    try {
+      await pipeline(source, createWriteStream(partial))
+      renameSync(partial, out)
+    } catch (err) {
+      rmSync(partial, { force: true })
+      throw err
+    }
+  }
+  try {
+    if (config.clickhouse.kind === 'embedded' && (await serverRunning(config.dataDir))) {
+      await write(await adminExport(adminSocketPath(config.dataDir), user, range)).catch((err: unknown) => {
+        throw new Error(`the burnrate server on DATA_DIR ${config.dataDir}: ${err instanceof Error ? err.message : String(err)}`, { cause: err })
+      })
+    } else {
+      await withClickHouse(config, async (clickhouse) => {
+        await migrate(clickhouse)
+        await write(await exportEvents(clickhouse, { userId: user, ...range }))
+      })
+    }
+  } catch (err) {
+    // A reader of stdout that stops early (`| head`) is not a failure of the export.
+    if (out === undefined && (err as NodeJS.ErrnoException | undefined)?.code === 'EPIPE') return 0
+    throw err
+  }
+  if (out !== undefined) say(`exported the events of user ${user} to ${out}`)
   return 0
 }
