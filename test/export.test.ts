@@ -40,7 +40,7 @@ async function outcomes(format: string, outcome: string): Promise<number> {
 /** Export queries ClickHouse is running now. */
 async function runningExportQueries(): Promise<number> {
   const rs = await h.services.clickhouse.query({
-    query: "SELECT count() AS n FROM system.processes WHERE query LIKE '%fromUnixTimestamp64Micro%' AND query LIKE '%FROM events%' AND query_id != queryID()",
+    query: "SELECT count() AS n FROM system.processes WHERE query LIKE '%AS cost_usd%' AND query_id != queryID()",
     format: 'JSONEachRow',
   })
   return Number((await rs.json<{ n: string }>())[0]!.n)
@@ -252,8 +252,8 @@ describe('GET /export: the range', () => {
 describe('GET /export: large exports', () => {
   const user = unique('large')
   let key: string
-  // More rows than a block of a Parquet export (65,536): files to join (storage/stream.test.ts
-  // joins many more, of every size).
+  // More rows than a block of a Parquet export (at most 65,536): files to join
+  // (storage/stream.test.ts joins many more, of every size).
   const N = 70_000
   const start = Date.UTC(2026, 2, 1) * 1000
   const range = `from=${isoMicros(start)}&to=${isoMicros(start + N * 1000)}`
@@ -276,12 +276,15 @@ describe('GET /export: large exports', () => {
   it('stop when their client goes away: the query is cancelled, the slot freed, the next export whole', async () => {
     const cancelled = await outcomes('ndjson', 'cancelled')
     const res = await open(`/export?${range}&format=ndjson`, key)
-    expect(res.statusCode).toBe(200)
-    // One chunk, then the client is gone, far from the end of the export.
-    const first = await new Promise<Buffer>((resolve) => res.once('data', resolve))
-    expect(first.length).toBeGreaterThan(0)
-    expect(await runningExportQueries()).toBe(1)
-    res.destroy()
+    try {
+      expect(res.statusCode).toBe(200)
+      // One chunk, then the client is gone, far from the end of the export.
+      const first = await new Promise<Buffer>((resolve) => res.once('data', resolve))
+      expect(first.length).toBeGreaterThan(0)
+      expect(await runningExportQueries()).toBe(1)
+    } finally {
+      res.destroy()
+    }
     await eventually(async () => ((await runningExportQueries()) === 0 && h.services.exports.running === 0 ? true : undefined), 10_000)
     expect(await outcomes('ndjson', 'cancelled')).toBe(cancelled + 1)
     expect((await h.app.inject({ method: 'GET', url: '/healthz' })).statusCode).toBe(200)
@@ -294,14 +297,17 @@ describe('GET /export: large exports', () => {
     // Two exports whose clients read nothing: the bytes wait, the slots stay taken.
     const a = await open(`/export?${range}`, key)
     const b = await open(`/export?${range}`, key)
-    expect([a.statusCode, b.statusCode]).toEqual([200, 200])
-    const third = await exportOf(key, `?${range}`)
-    expect(third.statusCode).toBe(503)
-    expect(third.headers['retry-after']).toBe('5')
-    expect(third.json()).toMatchObject({ code: 'export_busy' })
-    expect(await outcomes('csv', 'busy')).toBe(busy + 1)
-    a.destroy()
-    b.destroy()
+    try {
+      expect([a.statusCode, b.statusCode]).toEqual([200, 200])
+      const third = await exportOf(key, `?${range}`)
+      expect(third.statusCode).toBe(503)
+      expect(third.headers['retry-after']).toBe('5')
+      expect(third.json()).toMatchObject({ code: 'export_busy' })
+      expect(await outcomes('csv', 'busy')).toBe(busy + 1)
+    } finally {
+      a.destroy()
+      b.destroy()
+    }
     await eventually(() => (h.services.exports.running === 0 ? true : undefined), 10_000)
     expect((await exportOf(key, '')).statusCode).toBe(200)
   })
@@ -310,20 +316,24 @@ describe('GET /export: large exports', () => {
     const other = unique('meanwhile')
     const otherKey = await h.key(other)
     const res = await open(`/export?${range}&format=csv`, key)
-    await new Promise((resolve) => res.once('data', resolve))
-    res.pause()
-    // The export is under way, its client reading nothing: events are taken, shipped and read.
-    for (let i = 0; i < 20; i++) expect((await h.post('/events', llmCall('busy-agent', { metadata: { i } }), otherKey)).statusCode).toBe(200)
-    await h.flush()
-    const events = await h.app.inject({ method: 'GET', url: '/agents/events?limit=100', headers: { 'x-api-key': otherKey } })
-    expect(events.json().events).toHaveLength(20)
-    expect((await h.app.inject({ method: 'GET', url: '/agents/busy-agent', headers: { 'x-api-key': otherKey } })).statusCode).toBe(200)
-    expect(await runningExportQueries()).toBe(1)
-    // And the export, read on, is whole.
-    res.resume()
-    const rest = await readAll(res)
-    expect(rest.length).toBeGreaterThan(0)
-    expect(h.services.exports.running).toBe(0)
+    try {
+      await new Promise((resolve) => res.once('data', resolve))
+      res.pause()
+      // The export is under way, its client reading nothing: events are taken, shipped and read.
+      for (let i = 0; i < 20; i++) expect((await h.post('/events', llmCall('busy-agent', { metadata: { i } }), otherKey)).statusCode).toBe(200)
+      await h.flush()
+      const events = await h.app.inject({ method: 'GET', url: '/agents/events?limit=100', headers: { 'x-api-key': otherKey } })
+      expect(events.json().events).toHaveLength(20)
+      expect((await h.app.inject({ method: 'GET', url: '/agents/busy-agent', headers: { 'x-api-key': otherKey } })).statusCode).toBe(200)
+      expect(await runningExportQueries()).toBe(1)
+      // And the export, read on, is whole.
+      res.resume()
+      const rest = await readAll(res)
+      expect(rest.length).toBeGreaterThan(0)
+    } finally {
+      res.destroy()
+    }
+    await eventually(() => (h.services.exports.running === 0 ? true : undefined))
   })
 })
 
@@ -348,5 +358,25 @@ describe('cost_usd', () => {
     expect(csvRows((await exportOf(key, `?${range}`)).body).rows.map((r) => r.cost_usd)).toEqual(costs.map(usdText))
     const parquet = await parquetRows(h.services.clickhouse, (await exportOf(key, `?${range}&format=parquet`)).rawPayload)
     expect(parquet.rows.map((r) => r.cost_usd)).toEqual(costs.map(usdText))
+  })
+})
+
+describe('GET /export while parts lack the projection', () => {
+  it('reads the table instead, and misses nothing', async () => {
+    const user = unique('old-parts')
+    const key = await h.key(user)
+    // A month of its own, whose part then loses its projection, as parts written before sql/0011 had none.
+    const t = Date.UTC(2025, 5, 10) * 1000
+    await seedEvents(h.services.clickhouse, { user, n: 1000, startUs: t, stepUs: 1_000_000 })
+    const settings = { mutations_sync: '2' } as const
+    await h.services.clickhouse.command({ query: "ALTER TABLE events CLEAR PROJECTION user_recent IN PARTITION '202506'", clickhouse_settings: settings })
+    try {
+      const stored = await storedRows(h.services.clickhouse, user)
+      expect(stored).toHaveLength(1000)
+      const rows = ndjsonRows((await exportOf(key, `?format=ndjson&from=${isoMicros(t)}&to=${isoMicros(t + 1000 * 1_000_000)}`)).body)
+      expect(sameRows(rows, stored)).toBeNull()
+    } finally {
+      await h.services.clickhouse.command({ query: "ALTER TABLE events MATERIALIZE PROJECTION user_recent IN PARTITION '202506'", clickhouse_settings: settings })
+    }
   })
 })
