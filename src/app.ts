@@ -200,7 +200,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   await app.register(agentsRoutes(deps.agents, limits))
   await app.register(costsRoutes(deps.clickhouse, deps.clock ?? systemClock, limits))
   await app.register(runsRoutes(deps.runs, limits))
-  await app.register(exportRoutes(deps.exports, deps.clock ?? systemClock, limits))
+  await app.register(exportRoutes(deps.exports, deps.clock ?? systemClock, limits, deps.config.exports.stallTimeoutMs))
   await app.register(dashboardRoutes())
   await app.register(openapiRoutes())
   return app

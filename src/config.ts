@@ -64,6 +64,7 @@ export const envSchema = z.object({
   READS_RATE_LIMIT: positiveInt.default(600),
   CONFIG_RATE_LIMIT: positiveInt.default(60),
   EXPORT_CONCURRENCY: positiveInt.default(2),
+  EXPORT_STALL_TIMEOUT_MS: positiveInt.default(60_000),
   WEBHOOK_ALLOW_PRIVATE: bool.default(false),
   WEBHOOK_TIMEOUT_MS: positiveInt.default(5000),
   JOURNAL_FSYNC: bool.default(false),
@@ -138,8 +139,8 @@ export interface Config {
   readonly logLevel: string
   readonly pricesFile?: string
   readonly rateLimits: { readonly events: number; readonly reads: number; readonly config: number }
-  /** Exports (GET /export) one instance runs at once. */
-  readonly exportConcurrency: number
+  /** Exports (GET /export) one instance runs at once, and how long one may wait for its client to take bytes before it is cut off. */
+  readonly exports: { readonly concurrency: number; readonly stallTimeoutMs: number }
   readonly webhook: { readonly allowPrivate: boolean; readonly timeoutMs: number }
   /**
    * The journal: fdatasync per group write (embedded), the backlog bound in rows,
@@ -190,7 +191,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     logLevel: e.LOG_LEVEL,
     pricesFile: e.PRICES_FILE,
     rateLimits: { events: e.EVENTS_RATE_LIMIT, reads: e.READS_RATE_LIMIT, config: e.CONFIG_RATE_LIMIT },
-    exportConcurrency: e.EXPORT_CONCURRENCY,
+    exports: { concurrency: e.EXPORT_CONCURRENCY, stallTimeoutMs: e.EXPORT_STALL_TIMEOUT_MS },
     webhook: { allowPrivate: e.WEBHOOK_ALLOW_PRIVATE, timeoutMs: e.WEBHOOK_TIMEOUT_MS },
     journal: { fsync: e.JOURNAL_FSYNC, maxRows: e.JOURNAL_MAX_ROWS, leaseMs: e.JOURNAL_LEASE_MS },
     ship: { intervalMs: e.SHIP_INTERVAL_MS, maxRows: e.SHIP_MAX_ROWS },

@@ -177,7 +177,7 @@ export async function openServices(
     },
   })
   const runs = new RunService({ clickhouse, hotState, clock, abandonedAfterMs: config.runAbandonedAfterMs })
-  const exports = new ExportService({ clickhouse, concurrency: config.exportConcurrency, onOutcome: (format, outcome) => metrics.exports.inc({ format, outcome }) })
+  const exports = new ExportService({ clickhouse, concurrency: config.exports.concurrency, onOutcome: (format, outcome) => metrics.exports.inc({ format, outcome }) })
   const keys = new ApiKeys(clickhouse, {
     clock,
     cacheTtlMs: config.keyCacheTtlMs,
