@@ -64,7 +64,7 @@ export function exportRange(q: z.output<typeof exportQuery>, nowMs: number): Exp
   const refuse = (message: string) => {
     throw new Problem('invalid_query', `from: ${message}`, { errors: [{ field: 'from', message }] })
   }
-  if (fromUs >= toUs) refuse(`must be before to (${q.to === undefined ? 'now' : 'given'})`)
+  if (fromUs >= toUs) refuse(q.to === undefined ? 'must be before now (to, when not given)' : 'must be before to')
   if (toUs - fromUs > MAX_EXPORT_DAYS * DAY_US) refuse(`must be at most ${MAX_EXPORT_DAYS} days before to`)
   return { fromUs, toUs, format: q.format }
 }
