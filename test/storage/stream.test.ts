@@ -9,6 +9,7 @@ import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { ParquetJoiner } from '../../src/storage/parquet.ts'
 import { streamSelect, type StreamFormat } from '../../src/storage/stream.ts'
 import { startClickHouseServer } from '../helpers/clickhouse-server.ts'
+import { eventually } from '../helpers/harness.ts'
 
 /**
  * streamSelect: embedded, chDB hands a result over block by block, each block a whole output
@@ -114,13 +115,10 @@ describe('streamSelect, embedded and on a server', () => {
     expect(first.length).toBeGreaterThan(0)
     stream.destroy()
     await new Promise((resolve) => stream.once('close', resolve))
-    const deadline = Date.now() + 10_000
-    for (;;) {
+    await eventually(async () => {
       const rs = await embedded.query({ query: "SELECT count() AS n FROM system.processes WHERE query LIKE '%numbers(%' AND query_id != queryID()", format: 'JSONEachRow' })
-      if (Number((await rs.json<{ n: string }>())[0]!.n) === 0) break
-      if (Date.now() > deadline) throw new Error('the query still runs')
-      await new Promise((r) => setTimeout(r, 50))
-    }
+      return Number((await rs.json<{ n: string }>())[0]!.n) === 0 ? true : undefined
+    }, 10_000)
   })
 })
 
