@@ -36,6 +36,17 @@ const help: OptionSpec = { type: 'boolean', short: 'h', help: 'show this help an
 
 const USER = /^[^\s\p{Cc}]{1,128}$/u
 
+/** The required --user of a command, checked as a user id. */
+function userOption(help: string) {
+  return {
+    type: 'string',
+    value: '<user>',
+    required: true,
+    help,
+    check: (v: string) => (USER.test(v) ? undefined : '--user must be 1 to 128 characters, without spaces or control characters'),
+  } as const
+}
+
 // The formats of GET /export (storage/exports.ts), named here so that --help loads nothing.
 const EXPORT_FORMAT_NAMES = ['csv', 'ndjson', 'parquet']
 
@@ -89,13 +100,7 @@ export const COMMANDS: Readonly<Record<string, CommandSpec>> = {
     summary: 'create an API key; the key is the last line of output, shown once',
     positionals: [],
     options: {
-      user: {
-        type: 'string',
-        value: '<user>',
-        required: true,
-        help: 'the user the key acts for: 1 to 128 characters, no spaces (required)',
-        check: (v) => (USER.test(v) ? undefined : '--user must be 1 to 128 characters, without spaces or control characters'),
-      },
+      user: userOption('the user the key acts for: 1 to 128 characters, no spaces (required)'),
       name: { type: 'string', value: '<label>', help: 'a label, shown by `burnrate keys list`' },
       'rate-limit': {
         type: 'string',
@@ -129,13 +134,7 @@ export const COMMANDS: Readonly<Record<string, CommandSpec>> = {
     summary: "write a user's events of a time range as CSV, NDJSON or Parquet",
     positionals: [],
     options: {
-      user: {
-        type: 'string',
-        value: '<user>',
-        required: true,
-        help: 'the user whose events are exported (required)',
-        check: (v) => (USER.test(v) ? undefined : '--user must be 1 to 128 characters, without spaces or control characters'),
-      },
+      user: userOption('the user whose events are exported (required)'),
       from: { type: 'string', value: '<time>', help: 'the first instant, ISO 8601 (2026-11-01 or 2026-11-01T00:00:00Z; default: a day before --to)' },
       to: { type: 'string', value: '<time>', help: 'the instant after the last, ISO 8601 (default: now)' },
       format: {
