@@ -104,15 +104,16 @@ export async function openServices(
     await redisJournal.register()
   }
   const journal = (segmentLog ?? redisJournal)!
-  const memory = segmentLog ? new MemoryHotState(segmentLog, { graceMs: config.pauseGraceMs }) : null
+  const memory = segmentLog ? new MemoryHotState(segmentLog, { graceMs: config.pauseGraceMs, runIdleMs: config.runAbandonedAfterMs }) : null
   const hotState: HotState =
     memory ??
     new RedisHotState({
       redis: redis!,
       journal: redisJournal!,
-      loader: agentLoader(clickhouse),
+      loader: agentLoader(clickhouse, { runIdleMs: config.runAbandonedAfterMs }),
       userAgents: async (userId, now) => (await agentTotals(clickhouse, userId, windowStartMs(now))).map((t) => t.agent_id),
       graceMs: config.pauseGraceMs,
+      runIdleMs: config.runAbandonedAfterMs,
       replicaWait: config.redisWait,
     })
   const metrics = createMetrics({ journal: segmentLog ?? redisJournal!, agents: () => memory?.size ?? Number.NaN, merges: () => mergeStats(clickhouse) })

@@ -65,6 +65,7 @@ describe('GET /audit', () => {
       velocity_limit_usd: null,
       velocity_window_minutes: 5,
       period_budgets: [],
+      run_budget_usd: null,
     })
     expect(records[4]!.details).toEqual({ old: null, new: shown(0.01) })
     expect(records[3]!.details).toEqual({ old: shown(0.01), new: shown(0.02) })

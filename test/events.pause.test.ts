@@ -162,7 +162,7 @@ describe('POST /config', () => {
     await h.post('/config', { agent_id: a.agent, cost_threshold_usd: 7, auto_resume: false }, a.key)
     const detail = (await h.get(`/agents/${a.agent}`, a.key)).json()
     expect(detail.is_paused).toBe(true)
-    expect(detail.config).toEqual({ cost_threshold_usd: 7, slack_webhook_url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+\/…/), auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [] })
+    expect(detail.config).toEqual({ cost_threshold_usd: 7, slack_webhook_url: expect.stringMatching(/^http:\/\/127\.0\.0\.1:\d+\/…/), auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [], run_budget_usd: null })
     const rows = await h.services.clickhouse.query({
       query: 'SELECT count() AS n FROM agent_configs FINAL WHERE agent_id = {a:String}',
       query_params: { a: a.agent },

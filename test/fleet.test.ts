@@ -43,7 +43,7 @@ describe('the fleet budget', () => {
       remaining_usd: 0.0675,
       projected_exhaustion_at: new Date(clock.now() + 3 * 3_600_000).toISOString(),
       alerts_reached: [],
-      config: { cost_threshold_usd: 0.09, slack_webhook_url: null, auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [] },
+      config: { cost_threshold_usd: 0.09, slack_webhook_url: null, auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [], run_budget_usd: null },
     })
   })
 
@@ -136,7 +136,7 @@ describe('the fleet budget', () => {
     expect((await fleetOf(key)).config).toBeNull()
     await t.h.post('/config/fleet', { cost_threshold_usd: 5, auto_resume: true }, key)
     await t.h.post('/config/fleet', { alert_at: [0.9, 0.5] }, key)
-    const config = { cost_threshold_usd: 5, slack_webhook_url: null, auto_resume: true, alert_at: [0.5, 0.9], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [] }
+    const config = { cost_threshold_usd: 5, slack_webhook_url: null, auto_resume: true, alert_at: [0.5, 0.9], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [], run_budget_usd: null }
     expect((await fleetOf(key)).config).toEqual(config)
     const bad: Array<[unknown, string]> = [
       [{ cost_threshold_usd: 5, agent_id: 'a' }, 'agent_id'], // an agent's field: unknown here

@@ -10,7 +10,7 @@ import { RedisHotState } from '../src/hot-state/redis.ts'
 import { FLEET } from '../src/hot-state/agent-ref.ts'
 import { agentLoader } from '../src/ingest/rebuild.ts'
 import { RedisJournal } from '../src/journal/redis-streams.ts'
-import { DEFAULT_PARTITIONS } from '../src/storage/redis-keys.ts'
+import { agentKeyId, DEFAULT_PARTITIONS } from '../src/storage/redis-keys.ts'
 
 /**
  * Two burnrate instances on one Redis and one ClickHouse, as behind a load balancer. chDB
@@ -107,6 +107,36 @@ describe('two instances, one Redis', () => {
     expect(mine).toHaveLength(3)
     expect(await pausesStored(user, agent)).toBe(1)
     expect(await storedRows(agent, user)).toBe(40)
+  })
+
+  it('stop a run over its run budget once across both, with one message and one record, its other runs going on', async () => {
+    const user = unique('u')
+    const key = await a.key(user)
+    const agent = unique('runner')
+    // 40 calls of 0.0075 USD in one run, half through each instance: 13 fit in 0.1 USD.
+    await a.post('/config', { agent_id: agent, cost_threshold_usd: 100, run_budget_usd: 0.1, alert_at: [], slack_webhook_url: receiver.url }, key)
+    const replies = await Promise.all(Array.from({ length: 40 }, (_, i) => (i % 2 ? a : b).post('/events', llmCall(agent, { run_id: 'run-1' }), key)))
+    expect(replies.map((r) => r.statusCode)).toEqual(Array(40).fill(200))
+    const stopped = replies.map((r) => r.json()).filter((r) => r.paused)
+    expect(stopped).toHaveLength(40 - 13)
+    expect(new Set(stopped.map((r) => r.paused_reason))).toEqual(new Set(['run_budget']))
+    expect((await b.post('/events', llmCall(agent, { run_id: 'run-2' }), key)).json()).toMatchObject({ paused: false, paused_reason: null })
+    await Promise.all([a.services.webhooks.drain(), b.services.webhooks.drain()])
+    expect(receiver.messages.filter((m) => m.text.includes(agent)).map((m) => m.text)).toEqual([expect.stringContaining('run `run-1` of agent')])
+    await Promise.all([a.flush(), b.flush()])
+    const records = (await a.get(`/audit?agent_id=${agent}`, key)).json().records as Array<{ action: string; details: unknown }>
+    expect(records.filter((r) => r.action === 'run_paused')).toEqual([
+      expect.objectContaining({ reason: 'run_budget', actor: 'system', details: { run_id: 'run-1', spent_usd: 14 * LLM_CALL_USD, held_usd: 0, run_budget_usd: 0.1 } }),
+    ])
+    // The agent's state lost from Redis (shipped already): loaded again from ClickHouse with its runs, exactly.
+    const lost = await redis.redis.keys(`br:*:hs:${agentKeyId(user, agent)}:*`)
+    expect(lost.length).toBeGreaterThan(0)
+    await redis.redis.del(...lost)
+    expect((await a.post('/events', llmCall(agent, { run_id: 'run-1' }), key)).json()).toMatchObject({ paused: true, paused_reason: 'run_budget' })
+    // run-2 spent one call (0.0075 USD): room for 0.0925 USD, 37,000 input tokens and not one more.
+    const hold = (tokens: number) => b.post('/holds', { agent_id: agent, run_id: 'run-2', model: 'gpt-4o', input_tokens: tokens, max_output_tokens: 0 }, key)
+    expect((await hold(37_001)).json()).toMatchObject({ reason: 'run_budget', paused: false })
+    expect((await hold(37_000)).json()).toMatchObject({ reason: null })
   })
 
   it('count 40 concurrent events of 20 agents into their fleet exactly, pause it once, alert once, with one webhook each', async () => {

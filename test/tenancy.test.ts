@@ -189,6 +189,7 @@ describe('one user\'s writes never change another user\'s agent of the same id',
       velocity_limit_usd: null,
       velocity_window_minutes: 5,
       period_budgets: [],
+      run_budget_usd: null,
     })
     expect((await h.get(`/agents/${AGENT}`, b.key)).json().config).toMatchObject({ cost_threshold_usd: 0.000001, slack_webhook_url: 'https://hooks.example.com/…serb' })
   })

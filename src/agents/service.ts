@@ -39,7 +39,7 @@ export class AgentService {
 
   /** POST /config: an upsert keyed on (user, agent). Omitted fields keep their value. `actor`: the request's key id (audit log). */
   async upsertConfig(userId: string, body: ConfigBody, actor: string): Promise<void> {
-    await this.#setPolicy({ userId, agentId: body.agent_id }, body, actor)
+    await this.#setPolicy({ userId, agentId: body.agent_id }, body, actor, body.run_budget_usd)
   }
 
   /** POST /config/fleet: the budget of all of the user's agents together, as POST /config sets an agent's. */
@@ -47,7 +47,8 @@ export class AgentService {
     await this.#setPolicy(fleetOf(userId), body, actor)
   }
 
-  async #setPolicy(ref: AgentRef, body: PolicyBody, actor: string): Promise<void> {
+  /** `runBudgetUsd`: an agent's run budget as POST /config gave it (undefined: kept as it is). */
+  async #setPolicy(ref: AgentRef, body: PolicyBody, actor: string, runBudgetUsd?: number | null): Promise<void> {
     const { hotState, clock } = this.#d
     const state = await hotState.get(ref, clock.now())
     const current = state.snapshot.configured ? state.snapshot.policy : null
@@ -74,6 +75,7 @@ export class AgentService {
         body.period_budgets !== undefined
           ? (body.period_budgets ?? []).map((b): PeriodBudget => ({ spec: b.spec, limitNano: usdToNano(b.limitUsd) }))
           : (current?.periodBudgets ?? DEFAULT_POLICY.periodBudgets),
+      runBudgetNano: runBudgetUsd !== undefined ? (runBudgetUsd === null ? null : usdToNano(runBudgetUsd)) : (current?.runBudgetNano ?? null),
     }
     const history = await this.#periodHistory(ref, state.snapshot.policy, policy)
     await hotState.setPolicy(ref, policy, clock.now(), actor, history)
@@ -313,9 +315,11 @@ export function formatEvent(e: StoredEvent) {
 
 /** A record's details as the API shows them: money in USD (pause and alert records keep nano-USD), times in ISO. */
 function auditDetails(json: string): Record<string, unknown> {
-  const { total_nano, threshold_nano, spent_nano, paused_at_ms, ...rest } = JSON.parse(json) as Record<string, unknown>
+  const { total_nano, threshold_nano, spent_nano, held_nano, budget_nano, paused_at_ms, ...rest } = JSON.parse(json) as Record<string, unknown>
   return {
     ...rest,
+    ...(typeof held_nano === 'number' ? { held_usd: nanoToUsd(held_nano) } : {}),
+    ...(typeof budget_nano === 'number' ? { run_budget_usd: nanoToUsd(budget_nano) } : {}),
     ...(typeof paused_at_ms === 'number' ? { paused_at: new Date(paused_at_ms).toISOString() } : {}),
     ...(typeof spent_nano === 'number' ? { spent_usd: nanoToUsd(spent_nano) } : {}),
     ...(typeof total_nano === 'number' ? { total_cost_usd: nanoToUsd(total_nano) } : {}),

@@ -49,7 +49,7 @@ export class HoldService {
     const { costNano } = this.#d.prices.cost(body.model, { input_tokens: body.input_tokens, output_tokens: body.max_output_tokens })
     const holdId = body.hold_id ?? randomUUID()
     const expiresAt = now + body.ttl_seconds * 1000
-    const r = await this.#d.hotState.hold({ userId, agentId: body.agent_id }, { holdId, costNano, expiresAt, rate }, now)
+    const r = await this.#d.hotState.hold({ userId, agentId: body.agent_id }, { holdId, costNano, expiresAt, rate, runId: body.run_id }, now)
     this.#d.onHold?.(r.refusal)
     const granted = r.refusal === null
     return {

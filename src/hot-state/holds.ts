@@ -9,6 +9,8 @@ export interface OpenHold {
   costNano: Nano
   /** Epoch ms; the hold is gone at and after this instant. */
   expiresAt: number
+  /** The run it is held for, when its agent has a run budget. */
+  runId?: string | undefined
 }
 
 /**

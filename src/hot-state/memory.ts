@@ -3,11 +3,12 @@ import { JournalFullError, type JournalRow, type JournalStatus } from '../journa
 import { alertRow } from '../storage/alerts.ts'
 import { configRow, shownConfig } from '../storage/configs.ts'
 import { ignoredRow } from '../storage/ignored.ts'
+import { runStopRow } from '../storage/run-stops.ts'
 import { transitionRow } from '../storage/transitions.ts'
 import { nextVersion } from '../storage/version.ts'
-import { minuteOf, inWindow } from '../rolling-day.ts'
+import { MINUTE_MS, minuteOf, inWindow } from '../rolling-day.ts'
 import { budgetMeter, metersOf, resolveMeters, type Meter, type MeterId, type ResolvedMeter } from './meters.ts'
-import { changePolicy, cross, holdRoom, levelsReached, manual, pausedBy, relax, stepEvent, stepHold, type Change, type Counted, type Judged } from './policy.ts'
+import { changePolicy, countRun, cross, holdRoom, levelsReached, manual, pausedBy, relax, stepEvent, stepHold, type BudgetedRun, type Change, type Counted, type Judged, type RunJudged } from './policy.ts'
 import { HoldBook, holdOfAnotherAgent, type OpenHold } from './holds.ts'
 import { exhaustionAt, periodExhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
@@ -15,7 +16,7 @@ import { RollingWindow } from './minute-buckets.ts'
 import { NO_HISTORY, NO_PERIODS, PeriodTallies, type PeriodHistory } from './period-tallies.ts'
 import { agentKey, fleetOf, isFleet, refOf, type AgentRef } from './agent-ref.ts'
 import { agentBudget, defaultPolicy, type AgentPolicy } from './meters.ts'
-import { DEFAULT_IGNORE_GRACE_MS, NOT_IGNORED, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type Ignored, type PeriodSpend, type IgnoredPause, type ListedAgent, type PauseState, type RateCharge, type RateState, type RecordEvent, type RecordInput, type RecordResult, type ReleasedHold, type Restore, type Transition } from './types.ts'
+import { DEFAULT_IGNORE_GRACE_MS, DEFAULT_RUN_IDLE_MS, NOT_IGNORED, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type Ignored, type PeriodSpend, type IgnoredPause, type ListedAgent, type PauseState, type RateCharge, type RateState, type RecordEvent, type RecordInput, type RecordResult, type ReleasedHold, type Restore, type RunStop, type Transition } from './types.ts'
 
 interface AgentEntry {
   window: RollingWindow
@@ -32,6 +33,16 @@ interface AgentEntry {
   held: Nano
   /** Its spend over the periods of its period budgets; null while its policy has none. */
   periods: PeriodTallies | null
+  /**
+   * Its runs, while its policy has a run budget (else null), by run id, least recently
+   * counted first: a run that ends unstopped, or has no event for the idle time, is dropped.
+   */
+  runs: Map<string, RunEntry> | null
+}
+
+/** A run of an agent with a run budget: its tally, and when its newest event was counted (epoch ms). */
+interface RunEntry extends RunJudged {
+  lastAt: number
 }
 
 /** The embedded journal as the in-process hot state writes to it (journal/segment-log.ts). */
@@ -69,11 +80,16 @@ export class MemoryHotState implements HotState {
   #budgetSweep: Iterator<[string, { count: number; endsAt: number }]> = this.#budgets.entries()
 
   readonly #graceMs: number
+  readonly #runIdleMs: number
 
-  /** `graceMs`: how long after a pause an llm_call may still arrive unflagged. */
-  constructor(journal: LocalJournal, o: { graceMs?: number } = {}) {
+  /**
+   * `graceMs`: how long after a pause an llm_call may still arrive unflagged; `runIdleMs`:
+   * how long a run kept for its agent's run budget may go without an event.
+   */
+  constructor(journal: LocalJournal, o: { graceMs?: number; runIdleMs?: number } = {}) {
     this.#journal = journal
     this.#graceMs = o.graceMs ?? DEFAULT_IGNORE_GRACE_MS
+    this.#runIdleMs = o.runIdleMs ?? DEFAULT_RUN_IDLE_MS
   }
 
   async record(e: RecordEvent, now: number): Promise<RecordResult> {
@@ -97,6 +113,7 @@ export class MemoryHotState implements HotState {
         ...changes(false),
         ...changes(true),
         ...(step.ignored ? [{ table: 'ignored_pauses', row: ignoredRow(step.ignored) } as const] : []),
+        ...(step.runStop ? [{ table: 'run_stops', row: runStopRow(step.runStop) } as const] : []),
       ],
       now,
     )
@@ -115,13 +132,15 @@ export class MemoryHotState implements HotState {
     const fp = fingerprint(e.userId, e.agentId, e.eventId)
     const seenCost = this.#seen.get(fp, nowMinute)
     if (seenCost !== undefined) {
-      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions: [], alerts: [], ignored: null, periods: periodsOf(agent, now) }
+      const stopped = e.runId !== undefined && agent.runs?.get(e.runId)?.stopped
+      return { counted: false, costNano: seenCost, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause, stopped), transitions: [], alerts: [], ignored: null, runStop: null, periods: periodsOf(agent, now) }
     }
     // The hold this call settles is released before its real cost is counted; a retry was a
     // repeat above, and an unknown or expired hold releases nothing.
     if (e.holdId !== undefined) this.#settle(e, e.holdId)
     const minute = minuteOf(e.at)
     this.#seen.add(fp, e.costNano, minute)
+    const run = this.#runOf(agent, e.runId, now)
     const meters = { agent: resolveMeters(agent.meters, now), fleet: resolveMeters(fleet.meters, now) }
     const a = judge(agent, meters.agent)
     const f = judge(fleet, meters.fleet)
@@ -140,7 +159,31 @@ export class MemoryHotState implements HotState {
     this.#changes(e, agent, a, meters.agent, totals.agent, step.agent, now, transitions, alerts)
     this.#changes(fleetRef, fleet, f, meters.fleet, totals.fleet, step.fleet, now, transitions, alerts)
     const ignored = step.raised ? this.#ignoredPause(e, step.ignored, agent, fleet, now) : null
-    return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause), transitions, alerts, ignored, periods: periodsOf(agent, now) }
+    const runStop = run && countRun(run, e.costNano, e.llmCall) ? runStopOf(e, e.runId!, run, agent, now) : null
+    // A run that ends unstopped is done with; a stopped one is kept, to answer its late events.
+    if (run && e.endsRun && !run.s.stopped) agent.runs!.delete(e.runId!)
+    return { counted: true, costNano: e.costNano, ...this.#budget(agent, now), ...pausedBy(agent.pause, fleet.pause, run?.s.stopped), transitions, alerts, ignored, runStop, periods: periodsOf(agent, now) }
+  }
+
+  /**
+   * The run `runId` of an agent with a run budget, with its budget (undefined without
+   * either), made when new and moved to the end of the agent's runs (the most recently
+   * counted); runs idle for longer than the idle time leave from the head, two at a time.
+   */
+  #runOf(agent: AgentEntry, runId: string | undefined, now: number): BudgetedRun | undefined {
+    const runs = agent.runs
+    if (runs === null || runId === undefined) return undefined
+    let i = 0
+    for (const [id, r] of runs) {
+      if (i++ === 2 || r.lastAt > now - this.#runIdleMs) break
+      runs.delete(id)
+    }
+    let run = runs.get(runId)
+    if (run) runs.delete(runId)
+    else run = { spent: 0, held: 0, stopped: false, lastAt: now }
+    run.lastAt = Math.max(run.lastAt, now)
+    runs.set(runId, run)
+    return { s: run, budgetNano: agent.policy.runBudgetNano! }
   }
 
   /** What counting an event did to a state, as transitions and alerts (`before`: its total before the event). */
@@ -185,10 +228,13 @@ export class MemoryHotState implements HotState {
     if (book.size === 0) this.#holds.delete(userId)
   }
 
-  /** A hold no longer counts against its agent's budget nor its fleet's. */
+  /** A hold no longer counts against its agent's budget nor its fleet's, nor its run's. */
   #unhold(userId: string, hold: OpenHold): void {
-    this.#entry({ userId, agentId: hold.agentId }).held -= hold.costNano
+    const agent = this.#entry({ userId, agentId: hold.agentId })
+    agent.held -= hold.costNano
     this.#entry(fleetOf(userId)).held -= hold.costNano
+    const run = hold.runId === undefined ? undefined : agent.runs?.get(hold.runId)
+    if (run) run.held -= hold.costNano
   }
 
   async hold(ref: AgentRef, request: HoldRequest, now: number): Promise<HoldResult> {
@@ -204,7 +250,8 @@ export class MemoryHotState implements HotState {
     const meters = { agent: resolveMeters(agent.meters, now), fleet: resolveMeters(fleet.meters, now) }
     const a = judge(agent, meters.agent)
     const f = judge(fleet, meters.fleet)
-    const step = stepHold(a, f, meters, request.costNano, open !== undefined)
+    const run = this.#runOf(agent, request.runId, now)
+    const step = stepHold(a, f, meters, request.costNano, open !== undefined, run)
     agent.pause = a.pause
     fleet.pause = f.pause
     const transitions: Transition[] = []
@@ -212,13 +259,14 @@ export class MemoryHotState implements HotState {
     if (step.fleet) transitions.push(transitionOf(fleetRef, fleet, step.fleet, f, meters.fleet, fleet.window.totalNano, now))
     if (step.refusal === null && !open) {
       if (!book) this.#holds.set(ref.userId, (book = new HoldBook()))
-      book.add({ id: request.holdId, agentId: ref.agentId, costNano: request.costNano, expiresAt: request.expiresAt })
+      book.add({ id: request.holdId, agentId: ref.agentId, costNano: request.costNano, expiresAt: request.expiresAt, ...(run ? { runId: request.runId } : {}) })
       a.held = agent.held += request.costNano
       f.held = fleet.held += request.costNano
+      if (run) run.s.held += request.costNano
     }
     const answer = {
       refusal: step.refusal,
-      ...pausedBy(agent.pause, fleet.pause),
+      ...pausedBy(agent.pause, fleet.pause, run?.s.stopped),
       remainingNano: holdRoom([
         { s: a, meters: meters.agent },
         { s: f, meters: meters.fleet },
@@ -341,6 +389,7 @@ export class MemoryHotState implements HotState {
     const change = changePolicy(s, agent.meters, metersOf(next))
     agent.policy = next
     agent.meters = metersOf(next)
+    keepRuns(agent)
     startPeriods(agent, now, history)
     agent.alerted = s.alerted
     agent.pause = s.pause
@@ -382,6 +431,17 @@ export class MemoryHotState implements HotState {
     this.#holds.clear()
     const nowMinute = minuteOf(now)
     const histories = new Map<string, PeriodHistory>()
+    // Runs found, by agentKey then run id: kept in finish() by the agents whose policy has a run budget.
+    const runs = new Map<string, Map<string, RunEntry>>()
+    const runOf = (ref: AgentRef, runId: string, at: number): RunEntry => {
+      const key = agentKey(ref)
+      let ofAgent = runs.get(key)
+      if (!ofAgent) runs.set(key, (ofAgent = new Map()))
+      let run = ofAgent.get(runId)
+      if (!run) ofAgent.set(runId, (run = { spent: 0, held: 0, stopped: false, lastAt: at }))
+      run.lastAt = Math.max(run.lastAt, at)
+      return run
+    }
     // An event counts in its agent's window and in its fleet's.
     const count = (agent: AgentEntry, fleet: AgentEntry, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number) => {
       this.#seen.add(fp, costNano, minute)
@@ -402,15 +462,26 @@ export class MemoryHotState implements HotState {
           count(agent, fleet, fp, costNano, minute, llmCalls)
         }
       },
-      event: (ref, fp, costNano, minute, llmCalls) => {
+      event: (ref, fp, costNano, minute, llmCalls, runId) => {
         if (!inWindow(minute, nowMinute) || this.#seen.get(fp, nowMinute) !== undefined) return
         count(this.#entry(ref), this.#entry(fleetOf(ref.userId)), fp, costNano, minute, llmCalls)
+        if (runId !== undefined) runOf(ref, runId, minute * MINUTE_MS).spent += costNano
+      },
+      run: (ref, runId, spentNano, lastAt, stopped) => {
+        const run = runOf(ref, runId, lastAt)
+        run.spent += spentNano
+        run.stopped ||= stopped
+      },
+      runStop: (ref, runId) => {
+        // Its events, journaled with it, say when the run was last counted.
+        runOf(ref, runId, 0).stopped = true
       },
       policy: (ref, policy) => {
         const agent = this.#entry(ref)
         agent.policy = { ...policy }
         agent.meters = metersOf(agent.policy)
         agent.configured = true
+        keepRuns(agent)
       },
       pause: (ref, pause) => {
         this.#entry(ref).pause = { ...pause }
@@ -428,6 +499,9 @@ export class MemoryHotState implements HotState {
         const transitions: Transition[] = []
         for (const [key, agent] of this.#agents) {
           startPeriods(agent, now, histories.get(key) ?? NO_HISTORY)
+          // Oldest first, as #runOf keeps them; those idle past the idle time are not kept.
+          const found = [...(runs.get(key) ?? [])].filter(([, r]) => r.lastAt > now - this.#runIdleMs).sort(([, a], [, b]) => a.lastAt - b.lastAt)
+          if (agent.runs) for (const [id, r] of found) agent.runs.set(id, r)
           const meters = resolveMeters(agent.meters, now)
           const s = judge(agent, meters)
           agent.alerted = {}
@@ -442,6 +516,11 @@ export class MemoryHotState implements HotState {
         return transitions
       },
     }
+  }
+
+  /** How long a run kept for its agent's run budget may go without an event before it is forgotten. */
+  get runIdleMs(): number {
+    return this.#runIdleMs
   }
 
   /** How many agents are held, fleets not counted (for tests and metrics; a walk over the users). */
@@ -464,7 +543,7 @@ export class MemoryHotState implements HotState {
     let agent = this.#agents.get(key)
     if (!agent) {
       const policy = defaultPolicy(ref)
-      agent = { window: new RollingWindow(), pause: RUNNING, policy, meters: metersOf(policy), configured: false, alerted: {}, ignored: NOT_IGNORED, held: 0, periods: null }
+      agent = { window: new RollingWindow(), pause: RUNNING, policy, meters: metersOf(policy), configured: false, alerted: {}, ignored: NOT_IGNORED, held: 0, periods: null, runs: null }
       this.#agents.set(key, agent)
       // A fleet is kept with the agents (types.ts FLEET), but is not one of them.
       if (isFleet(ref)) return agent
@@ -521,6 +600,14 @@ export class MemoryHotState implements HotState {
 // time took 2 % of burnrate's CPU under the bench's load (bench/, --cpu-prof).
 const SWEEP_PER_ACCESS = 2
 
+/**
+ * An agent keeps its runs while its policy has a run budget, from when it was set: a run
+ * open then counts what it costs from then on (a rebuild takes the whole of its stored cost).
+ */
+function keepRuns(agent: AgentEntry): void {
+  agent.runs = agent.policy.runBudgetNano === null ? null : (agent.runs ?? new Map())
+}
+
 /** A state as the rules judge it at the moment its meters were resolved for (its window moved on to it). */
 function judge(entry: AgentEntry, meters: readonly ResolvedMeter[]): Judged {
   const spent = new Array<Nano>(meters.length)
@@ -557,6 +644,21 @@ function periodsOf(entry: AgentEntry, now: number): readonly PeriodSpend[] {
     out.push({ meter: m, spentNano, exhaustionAt: periodExhaustionAt(m, spentNano, lastHourNano, now) })
   }
   return out
+}
+
+/** The stop of run `runId` an event caused, as journaled and announced. */
+function runStopOf(ref: AgentRef, runId: string, run: BudgetedRun, agent: AgentEntry, now: number): RunStop {
+  return {
+    userId: ref.userId,
+    agentId: ref.agentId,
+    runId,
+    at: now,
+    version: nextVersion(now),
+    spentNano: run.s.spent,
+    heldNano: run.s.held,
+    budgetNano: run.budgetNano,
+    webhookUrl: agent.policy.webhookUrl,
+  }
 }
 
 function asRow(t: Transition): JournalRow {

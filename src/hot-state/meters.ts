@@ -29,6 +29,8 @@ export interface AgentPolicy {
   velocityWindowMinutes: number
   /** Budgets over calendar periods and rolling windows of days, at most four, one per period (periods.ts). */
   periodBudgets: readonly PeriodBudget[]
+  /** What one run of the agent may cost (policy.ts countRun); null: no limit. An agent's only. */
+  runBudgetNano: Nano | null
 }
 
 /** A limit on what a calendar period or a rolling window of days holds (POST /config period_budgets). */
@@ -52,6 +54,8 @@ export const agentPolicyJson = z.strictObject({
   velocityWindowMinutes: z.number().int(),
   // Absent from policies stored before period budgets: none.
   periodBudgets: z.array(z.strictObject({ spec: periodSpecJson, limitNano: z.number().int() })).default([]),
+  // Absent from policies stored before run budgets: none.
+  runBudgetNano: z.number().int().nullable().default(null),
 }) satisfies z.ZodType<AgentPolicy>
 
 export const DEFAULT_VELOCITY_WINDOW_MINUTES = 5
@@ -69,6 +73,7 @@ export const DEFAULT_POLICY: AgentPolicy = Object.freeze({
   velocityLimitNano: null,
   velocityWindowMinutes: DEFAULT_VELOCITY_WINDOW_MINUTES,
   periodBudgets: Object.freeze([]) as readonly PeriodBudget[],
+  runBudgetNano: null,
 })
 
 /** A fleet without a config has no budget and no alert levels: it never pauses by itself. */

@@ -177,6 +177,7 @@ export function stepHold(
   meters: { agent: readonly ResolvedMeter[]; fleet: readonly ResolvedMeter[] },
   costNano: Nano,
   retry: boolean,
+  run?: BudgetedRun,
 ): HoldStep {
   const relaxed = { agent: relax(agent, meters.agent), fleet: relax(fleet, meters.fleet) }
   if (retry) return { ...relaxed, refusal: null }
@@ -185,7 +186,38 @@ export function stepHold(
   if (a >= 0) return { ...relaxed, refusal: meters.agent[a]!.period ? 'period_budget' : 'budget' }
   const f = wouldGoOver(fleet, meters.fleet, costNano)
   if (f >= 0) return { ...relaxed, refusal: meters.fleet[f]!.period ? 'fleet_period_budget' : 'fleet_budget' }
+  if (run && (run.s.stopped || run.s.spent + run.s.held + costNano > run.budgetNano)) return { ...relaxed, refusal: 'run_budget' }
   return { ...relaxed, refusal: null }
+}
+
+/**
+ * A run of an agent whose policy has a run budget, as the rules judge it: what its events
+ * cost, the open holds asked for it, and whether its budget stopped it. A stop holds that
+ * run only, for good: its later events are answered paused, the agent's other runs go on.
+ */
+export interface RunJudged {
+  spent: Nano
+  held: Nano
+  stopped: boolean
+}
+
+/** A run and the budget it is held to. */
+export interface BudgetedRun {
+  s: RunJudged
+  budgetNano: Nano
+}
+
+/**
+ * One counted event of a run: its cost is added, and the first llm_call that takes the
+ * run's spend, with its open holds, strictly over its budget stops it. Returns whether this
+ * event stopped it.
+ */
+export function countRun(run: BudgetedRun, costNano: Nano, llmCall: boolean): boolean {
+  const s = run.s
+  s.spent += costNano
+  if (s.stopped || !llmCall || s.spent + s.held <= run.budgetNano) return false
+  s.stopped = true
+  return true
 }
 
 /** The first meter that counts holds and would go over its limit with `costNano` more, or -1. */
@@ -270,13 +302,19 @@ export function pausedPeriodOf(holding: { pause: Told } | null): string | null {
   return holding?.pause.reason ? periodOfMeter(holding.pause.reason) : null
 }
 
-/** Whether an agent is paused (holdingPause), why as the API says it, and the period of a period budget's pause. */
-export function pausedBy(agent: Told, fleet: Told): { paused: boolean; pausedReason: PausedReason | null; pausedPeriod: string | null } {
+/**
+ * Whether an agent, or the run an answer is about, is paused (holdingPause), why as the API
+ * says it, and the period of a period budget's pause. A pause of the agent or its fleet
+ * comes before its run's stop: it holds every run.
+ */
+export function pausedBy(agent: Told, fleet: Told, runStopped = false): { paused: boolean; pausedReason: PausedReason | null; pausedPeriod: string | null } {
   const holding = holdingPause(agent, fleet)
-  return holding ? { paused: true, pausedReason: pausedReasonOf(holding), pausedPeriod: pausedPeriodOf(holding) } : NOT_PAUSED
+  if (holding) return { paused: true, pausedReason: pausedReasonOf(holding), pausedPeriod: pausedPeriodOf(holding) }
+  return runStopped ? RUN_STOPPED : NOT_PAUSED
 }
 
 const NOT_PAUSED = Object.freeze({ paused: false, pausedReason: null, pausedPeriod: null })
+const RUN_STOPPED = Object.freeze({ paused: true, pausedReason: 'run_budget' as const, pausedPeriod: null })
 
 /** What an answer tells of a pause state. */
 type Told = Pick<PauseState, 'paused' | 'reason'>

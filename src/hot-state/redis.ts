@@ -16,7 +16,7 @@ import { holdRoom, levelsReached, pausedBy, type Judged } from './policy.ts'
 import { isControl, isControlReply, isMissingLibrary, loadLibrary, parseReply, queueScript, tallyCode, type Control, type LuaMeter, type ScriptName, type ScriptResult, type RateReply, type RecordedReply, type StateArgs, type TransitionReply } from './scripts.ts'
 import { agentKey, fleetOf, isFleet, type AgentRef } from './agent-ref.ts'
 import { agentBudget, agentPolicyJson, defaultPolicy, type AgentPolicy } from './meters.ts'
-import { DEFAULT_IGNORE_GRACE_MS, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentLoad, type AgentLoader, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type ListedAgent, type PauseState, type PeriodSpend, type RateCharge, type RateState, type RecordEvent, type RecordResult, type ReleasedHold, type Transition } from './types.ts'
+import { DEFAULT_IGNORE_GRACE_MS, DEFAULT_RUN_IDLE_MS, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentLoad, type AgentLoader, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type ListedAgent, type PauseState, type PeriodSpend, type RateCharge, type RateState, type RecordEvent, type RecordResult, type ReleasedHold, type Transition } from './types.ts'
 
 /** The agents of a user with events in the window, as ClickHouse has them (for a lost index). */
 export type UserAgentsLoader = (userId: string, now: number) => Promise<string[]>
@@ -30,6 +30,8 @@ export interface RedisHotStateOptions {
   prefix?: string
   /** How long after a pause an llm_call may still arrive unflagged. */
   graceMs?: number
+  /** How long a run kept for its agent's run budget may go without an event. */
+  runIdleMs?: number
   /** Replicas that must hold a write before it is answered; none by default. */
   replicaWait?: ReplicaWait
 }
@@ -101,6 +103,7 @@ export class RedisHotState implements HotState {
   readonly #loader: AgentLoader
   readonly #userAgents: UserAgentsLoader
   readonly #graceMs: number
+  readonly #runIdleMs: number
   readonly #replicaWait: ReplicaWait
   // One loader call in flight per state (by agentKey) and per user index (by its key name,
   // which holds no NUL) in this process; other instances are kept from double counting by
@@ -124,6 +127,7 @@ export class RedisHotState implements HotState {
     this.#loader = opts.loader
     this.#userAgents = opts.userAgents
     this.#graceMs = opts.graceMs ?? DEFAULT_IGNORE_GRACE_MS
+    this.#runIdleMs = opts.runIdleMs ?? DEFAULT_RUN_IDLE_MS
     this.#replicaWait = opts.replicaWait ?? NO_REPLICA_WAIT
   }
 
@@ -198,6 +202,8 @@ export class RedisHotState implements HotState {
       hold: e.holdId,
       row: i + 2,
       rate: rateOfEvent(e),
+      run: e.runId,
+      ends: e.endsRun || undefined,
     }))
     let reply: { result: ScriptResult<'record'>; states: readonly CallState[] }
     try {
@@ -233,8 +239,21 @@ export class RedisHotState implements HotState {
       totalNano: answer.total,
       thresholdNano: agentBudget(agent.known.policy),
       exhaustionAt: exhausted,
-      ...pausedBy(told(answer.reason), told(answer.fleet_reason)),
+      ...pausedBy(told(answer.reason), told(answer.fleet_reason), answer.run_stopped),
       periods: periodsOf(agent.meters, answer.periods, answer.last_hour, now),
+      runStop: answer.run_stop
+        ? {
+            userId: e.userId,
+            agentId: e.agentId,
+            runId: e.runId!,
+            at: now,
+            version: answer.run_stop.version,
+            spentNano: answer.run_stop.spent,
+            heldNano: answer.run_stop.held,
+            budgetNano: agent.known.policy.runBudgetNano!,
+            webhookUrl: agent.known.policy.webhookUrl,
+          }
+        : null,
       transitions: (answer.transitions ?? []).map((t) => transitionOf(of(t.scope), t, now)),
       alerts: (answer.alerts ?? []).map((a): BudgetAlert => {
         const s = of(a.scope)
@@ -370,7 +389,7 @@ export class RedisHotState implements HotState {
       args: {
         ...this.#head(now),
         ...this.#statesArgs(call),
-        hold: { id: request.holdId, amount: request.costNano, expires: request.expiresAt, key_id: agentKeyId(ref.userId, ref.agentId), agent_id: ref.agentId },
+        hold: { id: request.holdId, amount: request.costNano, expires: request.expiresAt, key_id: agentKeyId(ref.userId, ref.agentId), agent_id: ref.agentId, run: request.runId },
         rate: request.rate && this.#rateArgs(ref.userId, request.rate),
       },
     }))
@@ -379,7 +398,7 @@ export class RedisHotState implements HotState {
     const judged = (s: (typeof result)['agent']): Judged => ({ pause: { ...RUNNING, ...s.pause, reason: null }, spent: s.spent, held: s.held, alerted: {} })
     return {
       refusal: result.refusal ?? null,
-      ...pausedBy(told(result.agent.pause.reason), told(result.fleet.pause.reason)),
+      ...pausedBy(told(result.agent.pause.reason), told(result.fleet.pause.reason), result.run_stopped),
       remainingNano: holdRoom([
         { s: judged(result.agent), meters: agent.meters },
         { s: judged(result.fleet), meters: fleet.meters },
@@ -508,6 +527,7 @@ export class RedisHotState implements HotState {
         agent: s.ref.agentId,
         ...(s.known.policy.thresholdNano !== null ? { budget: s.known.policy.thresholdNano } : {}),
         ...(isFleet(s.ref) ? { index: this.#userNames(s.ref.userId).index } : {}),
+        ...(s.known.policy.runBudgetNano !== null ? { run_budget: s.known.policy.runBudgetNano } : {}),
       }
     })
     return { base: states[0]!.names.agentBase, meters: lists, states: args }
@@ -519,7 +539,7 @@ export class RedisHotState implements HotState {
   #head(now: number) {
     // `now` as ClickHouse text, for the rare transition row: formatted once per millisecond.
     if (this.#lastTime.ms !== now) this.#lastTime = { ms: now, text: toChDateTime(now) }
-    return { now, ttl: AGENT_TTL_MS, instance: this.#journal.instance, stream_rows: this.#journal.streamRows, at: this.#lastTime.text }
+    return { now, ttl: AGENT_TTL_MS, instance: this.#journal.instance, stream_rows: this.#journal.streamRows, at: this.#lastTime.text, run_idle: this.#runIdleMs }
   }
 
   /**
@@ -611,6 +631,7 @@ export class RedisHotState implements HotState {
         alerted,
         ...(periods.spent.size > 0 ? { periods: meters.filter((m) => m.period).map((m) => [tallyCode(m), m.from, periods.spent.get(m)!]) } : {}),
         ...(periods.hours.length > 0 ? { hours: periods.hours } : {}),
+        ...(load.runs && load.runs.length > 0 ? { runs: load.runs.map((r) => [r.runId, r.spentNano, r.stopped ? 1 : 0, r.lastAt]) } : {}),
       }
     })
     const reply = await this.#once1('load', { ids: this.#partitionKeys(refs[0]!.userId).ids }, { now, ttl: AGENT_TTL_MS, states }, fingerprints)

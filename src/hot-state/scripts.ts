@@ -89,6 +89,8 @@ const recorded = z.union([
     rate: rate.optional(),
     periods: list(int).optional(),
     last_hour: int.optional(),
+    run_stopped: z.literal(true).optional(),
+    run_stop: z.strictObject({ spent: int, held: int, version: int }).optional(),
   }),
   limited,
   z.strictObject({ error: z.literal('HOLD_OF_ANOTHER_AGENT') }),
@@ -112,6 +114,8 @@ export interface StateArgs {
   budget?: number
   /** A fleet's: its user's agent index. */
   index?: string
+  /** An agent's run budget; absent: none (its runs are not kept). */
+  run_budget?: number
 }
 
 /** A resolved meter (meters.ts ResolvedMeter) as lua/rules.lua reads it; a false flag is left out. */
@@ -183,7 +187,8 @@ export const SCRIPTS = {
     result: z.union([
       limited,
       z.strictObject({
-        refusal: z.enum(['paused', 'budget', 'fleet_budget', 'period_budget', 'fleet_period_budget']).optional(),
+        refusal: z.enum(['paused', 'budget', 'fleet_budget', 'period_budget', 'fleet_period_budget', 'run_budget']).optional(),
+        run_stopped: z.boolean().optional(),
         agent: z.strictObject({ pause, spent: list(int), held: int }),
         fleet: z.strictObject({ pause, spent: list(int), held: int }),
         transitions: list(transition),

@@ -6,7 +6,7 @@ import type { Nano } from '../money.ts'
 import type { EventRow } from '../storage/rows.ts'
 
 /** Why an agent is paused, as the API says it: its own state's reason, or its fleet's (a period budget's period apart, in `pausedPeriod`). */
-export type PausedReason = ShownPauseReason | `fleet_${ShownPauseReason}`
+export type PausedReason = ShownPauseReason | `fleet_${ShownPauseReason}` | 'run_budget'
 
 export interface PauseState {
   paused: boolean
@@ -35,6 +35,9 @@ export interface Ignored {
 
 export const NOT_IGNORED: Ignored = Object.freeze({ since: 0, calls: 0, nano: 0, flagged: false })
 
+/** How long a run kept for its agent's run budget may go without an event before it is forgotten, by default (RUN_ABANDONED_AFTER's). */
+export const DEFAULT_RUN_IDLE_MS = 24 * 3_600_000
+
 /** How long after a pause an llm_call may still arrive without counting as ignored: one already in flight. */
 export const DEFAULT_IGNORE_GRACE_MS = 60_000
 
@@ -49,6 +52,21 @@ export interface IgnoredPause {
   costNano: Nano
   /** The agent's version counter when it was raised: names the record and its message. */
   version: number
+  webhookUrl: string | null
+}
+
+/** A run stopped by its agent's run budget: the record journaled (run_stops) and announced. */
+export interface RunStop {
+  userId: string
+  agentId: string
+  runId: string
+  at: number
+  /** The agent's version counter when it stopped: names the record and its message. */
+  version: number
+  /** What the run's events cost, with the one that stopped it, and its open holds. */
+  spentNano: Nano
+  heldNano: Nano
+  budgetNano: Nano
   webhookUrl: string | null
 }
 
@@ -120,6 +138,10 @@ export interface RecordInput extends AgentRef {
   at: number
   /** The budget hold this llm_call settles: released in the same step, once. */
   holdId?: string | undefined
+  /** The run the event belongs to (its run_id), if any. */
+  runId?: string | undefined
+  /** Whether it is the run's agent_end: a run that ends unstopped is forgotten. */
+  endsRun?: boolean
 }
 
 /**
@@ -133,10 +155,16 @@ export interface HoldRequest {
   /** Epoch ms; the hold is gone at and after this instant. */
   expiresAt: number
   rate?: RateCharge
+  /** The run the call belongs to: held against the run's budget too. */
+  runId?: string | undefined
 }
 
-/** Why a hold is refused: a pause holds the agent, or the worst case would take the agent or its fleet over a budget (a period budget's, apart). */
-export type HoldRefusal = 'paused' | 'budget' | 'fleet_budget' | 'period_budget' | 'fleet_period_budget'
+/**
+ * Why a hold is refused: a pause holds the agent, the worst case would take the agent or
+ * its fleet over a budget (a period budget's, apart), or its run is stopped or would go over
+ * the run budget.
+ */
+export type HoldRefusal = 'paused' | 'budget' | 'fleet_budget' | 'period_budget' | 'fleet_period_budget' | 'run_budget'
 
 export interface HoldResult {
   /** null: granted (and held); else why not (nothing held). */
@@ -187,6 +215,8 @@ export interface RecordResult {
   alerts: BudgetAlert[]
   /** The ignoring-pause flag this event raised, once per pause. */
   ignored: IgnoredPause | null
+  /** The stop of its run this event caused (its record is journaled with it). */
+  runStop: RunStop | null
   /** Each period of the agent's period budgets after the event (none: an empty list). */
   periods: readonly PeriodSpend[]
   /** Its API key's budget after its charge; null when it was not charged. */
@@ -257,8 +287,16 @@ export interface Restore {
    * first): call it once per agent, before any event().
    */
   agent(ref: AgentRef): EventSink
-  /** One event, counted unless its id is counted already. */
-  event(ref: AgentRef, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number): void
+  /** One event, counted unless its id is counted already (in its run's tally too, `runId`). */
+  event(ref: AgentRef, fp: Fingerprint, costNano: Nano, minute: number, llmCalls: number, runId?: string): void
+  /**
+   * A run of an agent, as its stored events have it: what they cost, when the newest came
+   * (epoch ms), and whether its run budget stopped it. Kept for agents whose policy has a run
+   * budget; the events of event() add to it.
+   */
+  run(ref: AgentRef, runId: string, spentNano: Nano, lastAt: number, stopped: boolean): void
+  /** A run stopped by its run budget, from the journal's unshipped tail. */
+  runStop(ref: AgentRef, runId: string): void
   policy(ref: AgentRef, policy: AgentPolicy): void
   pause(ref: AgentRef, pause: PauseState): void
   /** The newest ignoring-pause record of the agent. */
@@ -339,6 +377,8 @@ export interface AgentLoad {
   ignored: Ignored | null
   /** For a state with period budgets: what the stored events say it spent before `minutes` begin; absent: nothing. */
   history?: PeriodHistory
+  /** For an agent with a run budget: the runs it keeps (StoredRun's), oldest first; absent: none. */
+  runs?: Array<{ runId: string; spentNano: Nano; lastAt: number; stopped: boolean }>
 }
 
 export type AgentLoader = (ref: AgentRef, now: number) => Promise<AgentLoad>

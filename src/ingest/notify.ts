@@ -1,7 +1,7 @@
 import { hash } from 'node:crypto'
 import { isMeterId, periodOfMeter } from '../hot-state/meters.ts'
 import { isFleet } from '../hot-state/agent-ref.ts'
-import { type BudgetAlert, type IgnoredPause, type Transition } from '../hot-state/types.ts'
+import { type BudgetAlert, type IgnoredPause, type RunStop, type Transition } from '../hot-state/types.ts'
 import { nanoToUsd } from '../money.ts'
 import type { WebhookNotifier } from '../notify/webhook.ts'
 
@@ -39,6 +39,8 @@ export interface PauseNotifier {
   alert(a: BudgetAlert): void
   /** An agent went on calling the model after its pause: returns at once. */
   ignoredPause(i: IgnoredPause): void
+  /** A run was stopped by its agent's run budget: returns at once. */
+  runStopped(r: RunStop): void
   drain(): Promise<void>
 }
 
@@ -95,6 +97,20 @@ export class WebhookPauseNotifier implements PauseNotifier {
       calls: i.calls,
       spentUsd: nanoToUsd(i.costNano),
       at: new Date(i.at),
+    })
+  }
+
+  runStopped(r: RunStop): void {
+    if (r.webhookUrl === null) return
+    this.#webhooks.notify(r.webhookUrl, {
+      id: noticeId('run', r.userId, r.agentId, r.version),
+      userId: r.userId,
+      agentId: r.agentId,
+      runId: r.runId,
+      spentUsd: nanoToUsd(r.spentNano),
+      heldUsd: nanoToUsd(r.heldNano),
+      budgetUsd: nanoToUsd(r.budgetNano),
+      at: new Date(r.at),
     })
   }
 

@@ -6,10 +6,11 @@ import { agentKey, isFleet, refOf, type AgentRef } from '../hot-state/agent-ref.
 import { metersOf, resolveMeters } from '../hot-state/meters.ts'
 import type { PeriodHistory } from '../hot-state/period-tallies.ts'
 import { type AgentPolicy } from '../hot-state/meters.ts'
-import { type Ignored, type AgentLoad, type AgentLoader, type PauseState, type Transition } from '../hot-state/types.ts'
+import { DEFAULT_RUN_IDLE_MS, type Ignored, type AgentLoad, type AgentLoader, type PauseState, type Transition } from '../hot-state/types.ts'
 import { allConfigs, policyOf } from '../storage/configs.ts'
 import { fleetMinutes, scanWindow, seenEvents, spendByQuarter, windowMinutes } from '../storage/events.ts'
 import { ignoredOf, latestIgnored } from '../storage/ignored.ts'
+import { keptRuns } from '../storage/run-stops.ts'
 import { latestTransitions, type LatestTransition } from '../storage/transitions.ts'
 import type { JournalEntry } from '../journal/types.ts'
 import { chDateTimeToMs } from '../storage/clickhouse.ts'
@@ -43,17 +44,23 @@ export async function rebuildHotState(
     if (table === 'events') {
       const ref = { userId: row.user_id, agentId: row.agent_id }
       const minute = minuteOf(chDateTimeToMs(row.timestamp))
-      restore.event(ref, fingerprint(row.user_id, row.agent_id, row.event_id), row.cost_nano, minute, row.event_type === 'llm_call' ? 1 : 0)
+      restore.event(ref, fingerprint(row.user_id, row.agent_id, row.event_id), row.cost_nano, minute, row.event_type === 'llm_call' ? 1 : 0, row.run_id || undefined)
     } else if (table === 'pause_transitions') {
       pauseStates.offer(row, row.version, pauseOf(row, chDateTimeToMs(row.at)))
     } else if (table === 'agent_configs') {
       policies.offer(row, row.version, policyOf(row))
     } else if (table === 'ignored_pauses') {
       ignoredFlags.offer(row, row.version, ignoredOf(row))
+    } else if (table === 'run_stops') {
+      restore.runStop({ userId: row.user_id, agentId: row.agent_id }, row.run_id)
     }
     // budget_alerts: a record; the alert state follows from the totals (MemoryHotState.beginRestore).
   }
   for (const { ref, value } of policies.values()) restore.policy(ref, value)
+  const withRunBudget = policies.values().flatMap(({ ref, value }) => (value.runBudgetNano === null ? [] : [ref]))
+  for (const r of await keptRuns(clickhouse, withRunBudget, now - hotState.runIdleMs)) {
+    restore.run({ userId: r.user_id, agentId: r.agent_id }, r.run_id, r.cost_nano, r.last_ms, r.stopped)
+  }
   for (const [key, history] of await periodHistories(clickhouse, policies.values(), minuteOf(since), now)) restore.history(refOf(key), history)
   for (const { ref, value } of pauseStates.values()) restore.pause(ref, value)
   for (const { ref, value } of ignoredFlags.values()) restore.ignored(ref, value)
@@ -105,6 +112,8 @@ export interface AgentLoaderOptions {
   maxBatch?: number
   /** Batches running at once; agents asked for meanwhile gather into the next one. */
   concurrency?: number
+  /** How long a run kept for its agent's run budget may go without an event (the hot state's). */
+  runIdleMs?: number
 }
 
 /**
@@ -117,6 +126,7 @@ export interface AgentLoaderOptions {
 export function agentLoader(clickhouse: ClickHouseClient, o: AgentLoaderOptions = {}): AgentLoader & { readonly stats: { batches: number; agents: number } } {
   const maxBatch = o.maxBatch ?? 1000
   const concurrency = o.concurrency ?? 4
+  const runIdleMs = o.runIdleMs ?? DEFAULT_RUN_IDLE_MS
   const stats = { batches: 0, agents: 0 }
   type Waiting = { ref: AgentRef; done: Array<{ resolve: (l: AgentLoad) => void; reject: (e: unknown) => void }> }
   let gathering: { agents: Map<string, Waiting>; now: number } | null = null
@@ -129,7 +139,7 @@ export function agentLoader(clickhouse: ClickHouseClient, o: AgentLoaderOptions 
     running++
     stats.batches++
     stats.agents += agents.size
-    loadAgents(clickhouse, [...agents.values()].map((w) => w.ref), now)
+    loadAgents(clickhouse, [...agents.values()].map((w) => w.ref), now, runIdleMs)
       .then(
         (loads) => agents.forEach((w, id) => w.done.forEach((d) => d.resolve(loads.get(id)!))),
         (err: unknown) => agents.forEach((w) => w.done.forEach((d) => d.reject(err))),
@@ -157,7 +167,7 @@ export function agentLoader(clickhouse: ClickHouseClient, o: AgentLoaderOptions 
 }
 
 /** The state of a batch of agents as ClickHouse has it, by `user\0agent`. */
-async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[], now: number): Promise<Map<string, AgentLoad>> {
+async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[], now: number, runIdleMs: number): Promise<Map<string, AgentLoad>> {
   const since = windowStartMs(now)
   // Fleets (types.ts FLEET) are loaded as agents are, their minutes summed over the user's agents.
   const agents = refs.filter((r) => !isFleet(r))
@@ -194,6 +204,12 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
   const withPeriods = [...loads].flatMap(([key, l]) => (l.policy && l.policy.periodBudgets.length > 0 ? [{ ref: refOf(key), value: l.policy }] : []))
   if (withPeriods.length > 0) {
     for (const [key, history] of await periodHistories(clickhouse, withPeriods, minuteOf(since), now)) loads.get(key)!.history = history
+  }
+  // The agents with a run budget, one more read: the runs they keep.
+  const withRunBudget = [...loads].flatMap(([key, l]) => (l.policy?.runBudgetNano != null ? [refOf(key)] : []))
+  for (const r of (await keptRuns(clickhouse, withRunBudget, now - runIdleMs)).sort((a, b) => a.last_ms - b.last_ms)) {
+    const l = of(r)
+    if (l?.policy?.runBudgetNano != null) (l.runs ??= []).push({ runId: r.run_id, spentNano: r.cost_nano, lastAt: r.last_ms, stopped: r.stopped })
   }
   return loads
 }

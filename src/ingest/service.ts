@@ -69,7 +69,19 @@ export class IngestService {
     const micros = this.#receivedAt(now)
     const row = eventRow(this.#d.prices, userId, eventId, e, micros)
     const step = await this.#d.hotState.record(
-      { userId, agentId: e.agent_id, eventId, costNano: row.cost_nano, llmCall: row.event_type === 'llm_call', at: Math.floor(micros / 1000), holdId: e.hold_id, row, rate },
+      {
+        userId,
+        agentId: e.agent_id,
+        eventId,
+        costNano: row.cost_nano,
+        llmCall: row.event_type === 'llm_call',
+        at: Math.floor(micros / 1000),
+        holdId: e.hold_id,
+        runId: row.run_id || undefined,
+        endsRun: row.event_type === 'agent_end',
+        row,
+        rate,
+      },
       now,
     )
     if (step.counted) {
@@ -82,6 +94,10 @@ export class IngestService {
         this.#d.log.warn({ userId, agentId: e.agent_id, calls: step.ignored.calls }, 'agent keeps calling the model after its pause')
         this.#d.notifier.ignoredPause(step.ignored)
         this.#d.onIgnoredPause?.()
+      }
+      if (step.runStop) {
+        this.#d.log.info({ userId, agentId: e.agent_id, runId: step.runStop.runId, spentNano: step.runStop.spentNano }, 'run stopped by its run budget')
+        this.#d.notifier.runStopped(step.runStop)
       }
     }
     const { costNano, paused, pausedReason, pausedPeriod, periods, totalNano, thresholdNano, exhaustionAt } = step

@@ -2,6 +2,7 @@ import type { AlertRow } from '../storage/alerts.ts'
 import type { WrittenConfigRow } from '../storage/configs.ts'
 import type { EventRow } from '../storage/rows.ts'
 import type { IgnoredRow } from '../storage/ignored.ts'
+import type { RunStopRow } from '../storage/run-stops.ts'
 import type { TransitionRow } from '../storage/transitions.ts'
 
 /**
@@ -15,11 +16,12 @@ export type JournalRow =
   | { table: 'agent_configs'; row: WrittenConfigRow }
   | { table: 'budget_alerts'; row: AlertRow }
   | { table: 'ignored_pauses'; row: IgnoredRow }
+  | { table: 'run_stops'; row: RunStopRow }
 
 export type JournalTable = JournalRow['table']
 
 /** The tables rows go to, in the order a batch inserts them (and, by index, their code in a segment record). */
-export const JOURNAL_TABLES: readonly JournalTable[] = ['events', 'pause_transitions', 'agent_configs', 'budget_alerts', 'ignored_pauses']
+export const JOURNAL_TABLES: readonly JournalTable[] = ['events', 'pause_transitions', 'agent_configs', 'budget_alerts', 'ignored_pauses', 'run_stops']
 
 /** A row as read back for the rebuild, with when it was appended (epoch ms). */
 export type JournalEntry = JournalRow & { at: number }

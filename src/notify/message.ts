@@ -57,7 +57,21 @@ export interface IgnoredNotice {
   at: Date
 }
 
-export type Notice = PauseNotice | AlertNotice | IgnoredNotice
+/** A run stopped by its agent's run budget: its other runs go on. */
+export interface RunStopNotice {
+  /** Names this notification on every attempt. */
+  id: string
+  userId: string
+  agentId: string
+  runId: string
+  /** What the run's events cost, with the call that stopped it, its open holds, and its budget. */
+  spentUsd: number
+  heldUsd: number
+  budgetUsd: number
+  at: Date
+}
+
+export type Notice = PauseNotice | AlertNotice | IgnoredNotice | RunStopNotice
 
 export interface ChatMessage {
   text: string
@@ -174,7 +188,17 @@ export function ignoredMessage(notice: IgnoredNotice): ChatMessage {
   }
 }
 
-/** The message of a notice: pause, alert or ignored pause. */
+export function runStopMessage(notice: RunStopNotice): ChatMessage {
+  const held = notice.heldUsd > 0 ? `, with ${formatUsd(notice.heldUsd)} held for calls in flight,` : ''
+  return {
+    text:
+      `burnrate: run ${label(notice.runId)} of agent ${label(notice.agentId)} was stopped by its run budget: ` +
+      `it spent ${formatUsd(notice.spentUsd)}${held} over its ${formatUsd(notice.budgetUsd)}; the agent's other runs go on (${utcSeconds(notice.at)}).`,
+  }
+}
+
+/** The message of a notice: pause, alert, ignored pause or stopped run. */
 export function chatMessage(notice: Notice): ChatMessage {
+  if ('runId' in notice) return runStopMessage(notice)
   return 'level' in notice ? alertMessage(notice) : 'pausedAt' in notice ? ignoredMessage(notice) : pauseMessage(notice)
 }

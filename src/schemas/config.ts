@@ -79,8 +79,14 @@ function resolveAlias<T extends Aliased>({ chat_webhook_url, slack_webhook_url, 
   return { ...rest, slack_webhook_url: slack_webhook_url !== undefined ? slack_webhook_url : chat_webhook_url }
 }
 
-/** POST /config: omitted fields keep their current value (a new config starts from the defaults). */
-export const configBody = z.strictObject({ agent_id: agentId, ...policyFields }).superRefine(oneWebhookUrl).transform(resolveAlias)
+/**
+ * POST /config: omitted fields keep their current value (a new config starts from the
+ * defaults). An agent's config alone has a run budget: what one of its runs may cost.
+ */
+export const configBody = z
+  .strictObject({ agent_id: agentId, ...policyFields, run_budget_usd: limitUsd.nullable().optional() })
+  .superRefine(oneWebhookUrl)
+  .transform(resolveAlias)
 
 /** POST /config/fleet: the same fields, for all of the key's user's agents together. */
 export const fleetConfigBody = z.strictObject(policyFields).superRefine(oneWebhookUrl).transform(resolveAlias)

@@ -1,5 +1,5 @@
 import { z } from 'zod'
-import { agentId, holdId, tokens } from './event.ts'
+import { agentId, holdId, runId, tokens } from './event.ts'
 
 /** How long a hold lives unless its call settles it first, and at most. */
 export const DEFAULT_HOLD_TTL_SECONDS = 300
@@ -14,6 +14,8 @@ export const holdBody = z.strictObject({
   // The client's own id for the hold, so a retry of a request whose answer was lost is the
   // same hold, not a second one (as event_id is for events); one is made when absent.
   hold_id: holdId.optional(),
+  // The run the call belongs to: with a run budget on the agent, held against it too.
+  run_id: runId.optional(),
   ttl_seconds: z
     .number()
     .int('must be an integer')

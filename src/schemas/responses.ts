@@ -11,7 +11,9 @@ import { EVENT_TYPES } from './event.ts'
 
 const usd = z.number()
 const iso = z.iso.datetime({ offset: true })
-const pausedReason = z.enum([...PAUSE_REASONS, ...PAUSE_REASONS.map((r) => `fleet_${r}` as const)]).nullable()
+const agentPausedReason = z.enum([...PAUSE_REASONS, ...PAUSE_REASONS.map((r) => `fleet_${r}` as const)]).nullable()
+/** An answer about an event or a hold of a run: the run's stop by its run budget as well. */
+const pausedReason = z.enum([...PAUSE_REASONS, ...PAUSE_REASONS.map((r) => `fleet_${r}` as const), 'run_budget']).nullable()
 const pausedPeriod = z.string().nullable().describe('for a pause by a period budget (period_budget, fleet_period_budget): its period, e.g. "month", "window_30d"; else null')
 
 /** A period of a period budget, as GET /agents/{id}, GET /fleet and the GET /agents rows show it. */
@@ -77,7 +79,7 @@ export const batchReply = z.strictObject({
 export const holdReply = z.strictObject({
   ok: z.literal(true),
   allowed: z.boolean(),
-  reason: z.enum(['paused', 'budget', 'fleet_budget', 'period_budget', 'fleet_period_budget']).nullable(),
+  reason: z.enum(['paused', 'budget', 'fleet_budget', 'period_budget', 'fleet_period_budget', 'run_budget']).nullable(),
   hold_id: z.uuid().nullable(),
   held_usd: usd,
   worst_case_usd: usd,
@@ -102,6 +104,7 @@ const shownConfig = z.strictObject({
   velocity_limit_usd: usd.nullable(),
   velocity_window_minutes: z.number().int(),
   period_budgets: z.array(periodBudget),
+  run_budget_usd: usd.nullable().describe("what one run of the agent may cost; null: no limit"),
 })
 
 export const agentsReply = z.strictObject({
@@ -112,7 +115,7 @@ export const agentsReply = z.strictObject({
       llm_calls: z.number().int(),
       cost_threshold_usd: usd.optional().describe('present when the agent has a config'),
       is_paused: z.boolean(),
-      paused_reason: pausedReason,
+      paused_reason: agentPausedReason,
       paused_period: pausedPeriod,
       remaining_usd: usd,
       alerts_reached: z.array(z.number()),
@@ -155,7 +158,7 @@ export const agentReply = z.strictObject({
   total_cost_usd: usd,
   llm_calls: z.number().int(),
   is_paused: z.boolean(),
-  paused_reason: pausedReason,
+  paused_reason: agentPausedReason,
   paused_period: pausedPeriod,
   paused_at: iso.nullable(),
   ignoring_pause: z.boolean(),
@@ -211,7 +214,7 @@ export const fleetReply = z.strictObject({
   held_usd: usd,
   projected_exhaustion_at: iso.nullable(),
   is_paused: z.boolean(),
-  paused_reason: pausedReason,
+  paused_reason: agentPausedReason,
   paused_period: pausedPeriod,
   paused_at: iso.nullable(),
   override: z.boolean(),

@@ -21,6 +21,7 @@ const latestRow = z.object({
   velocity_limit_nano: int,
   velocity_window_minutes: int,
   period_budgets: z.string(),
+  run_budget_nano: int,
   last_updated_at: z.string(),
   last_version: z.coerce.number().int(),
 }).transform(({ last_updated_at, last_version, ...r }) => ({ ...r, updated_at: last_updated_at, version: last_version }))
@@ -38,6 +39,8 @@ export interface ConfigRow {
   velocity_window_minutes: number
   /** JSON of the policy's periodBudgets (sql/0017); '[]': none. */
   period_budgets: string
+  /** 0: no run budget (sql/0023). */
+  run_budget_nano: Nano
   updated_at: string
   version: number
 }
@@ -70,6 +73,7 @@ export function configRow(ref: AgentRef, policy: AgentPolicy, nowMs: number, act
     velocity_limit_nano: storedVelocityLimit(policy.velocityLimitNano),
     velocity_window_minutes: policy.velocityWindowMinutes,
     period_budgets: JSON.stringify(policy.periodBudgets),
+    run_budget_nano: policy.runBudgetNano ?? 0,
     updated_at: toChDateTime(nowMs),
     version: nextVersion(nowMs),
     actor,
@@ -88,6 +92,7 @@ export function formatConfig(p: AgentPolicy) {
     velocity_limit_usd: p.velocityLimitNano === null ? null : nanoToUsd(p.velocityLimitNano),
     velocity_window_minutes: p.velocityWindowMinutes,
     period_budgets: p.periodBudgets.map(formatPeriodBudget),
+    run_budget_usd: p.runBudgetNano === null ? null : nanoToUsd(p.runBudgetNano),
   }
 }
 
@@ -113,6 +118,7 @@ const LATEST = `SELECT user_id, agent_id,
     argMax(velocity_limit_nano, version) AS velocity_limit_nano,
     argMax(velocity_window_minutes, version) AS velocity_window_minutes,
     argMax(period_budgets, version) AS period_budgets,
+    argMax(run_budget_nano, version) AS run_budget_nano,
     toString(argMax(updated_at, version)) AS last_updated_at,
     max(version) AS last_version
   FROM agent_configs`
@@ -132,6 +138,7 @@ export function policyOf(c: ConfigRow): AgentPolicy {
     velocityLimitNano: c.velocity_limit_nano > 0 ? c.velocity_limit_nano : null,
     velocityWindowMinutes: c.velocity_window_minutes,
     periodBudgets: storedPeriodBudgets.parse(JSON.parse(c.period_budgets)),
+    runBudgetNano: c.run_budget_nano > 0 ? c.run_budget_nano : null,
   }
 }
 

@@ -337,7 +337,7 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
     const later = T0 + 1440 * MINUTE_MS
     await hs.record(ev(1, later), later) // the total fell back under: the override ends on its own
     const rows = (await journaled()).filter((r) => r.table !== 'events' && r.table !== 'budget_alerts')
-    const shown = (usd: number, webhook: string | null) => ({ cost_threshold_usd: usd, slack_webhook_url: webhook, auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [] })
+    const shown = (usd: number, webhook: string | null) => ({ cost_threshold_usd: usd, slack_webhook_url: webhook, auto_resume: false, alert_at: [0.8], velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [], run_budget_usd: null })
     const configs = rows
       .filter((r) => r.table === 'agent_configs')
       .map((r) => ({ actor: r.row.actor, shown: JSON.parse(r.row.shown as string), replaced: r.row.replaced }))
@@ -706,6 +706,111 @@ describe.each(implementations)('hot state: %s', (_name, make) => {
       expect(granted).toBeLessThanOrEqual(10 * USD)
       expect(granted).toBeGreaterThan(8 * USD) // refused only once there was no room for it
       expect(await held(hs)).toBe(granted)
+    })
+  })
+
+  describe('run budgets', () => {
+    let holds = 0
+    const hold = (costNano: number, runId: string, o: Partial<HoldRequest> = {}): HoldRequest => ({ holdId: `rh${++holds}`, costNano, expiresAt: T0 + 300_000, runId, ...o })
+    const withRunBudget = (usd: number) => policy(100, { alertAt: [], runBudgetNano: usd * USD })
+    const inRun = (runId: string, costNano: number, at = T0, extra: Partial<RecordInput> = {}) => ev(costNano, at, { runId, ...extra })
+
+    it('stops the run whose llm_call goes strictly over, that run only, once, journaled with the event; its later events and retries get the same answer', async () => {
+      const { hs, journaled } = await make()
+      await hs.setPolicy(ref, withRunBudget(3), T0, 'key-1')
+      await journaled()
+      // Exactly at the budget is within it.
+      expect(await hs.record(inRun('r1', 3 * USD), T0)).toMatchObject({ paused: false, pausedReason: null, runStop: null })
+      expect(await hs.record(inRun('r1', 0, T0, { llmCall: false }), T0)).toMatchObject({ paused: false })
+      await journaled()
+      const crossing = inRun('r1', 1, T0)
+      const stopped = await hs.record(crossing, T0)
+      expect(stopped).toMatchObject({ counted: true, paused: true, pausedReason: 'run_budget', pausedPeriod: null, transitions: [] })
+      expect(stopped.runStop).toMatchObject({ userId: 'u', agentId: 'a', runId: 'r1', spentNano: 3 * USD + 1, heldNano: 0, budgetNano: 3 * USD })
+      const rows = await journaled()
+      expect(rows.map((r) => r.table)).toEqual(['events', 'run_stops'])
+      expect(rows[1]!.row).toMatchObject({ user_id: 'u', agent_id: 'a', run_id: 'r1', spent_nano: 3 * USD + 1, held_nano: 0, budget_nano: 3 * USD, version: stopped.runStop!.version })
+      // A retry of the crossing call, and later events of the run: paused, nothing journaled but the events.
+      expect(await hs.record(crossing, T0)).toMatchObject({ counted: false, paused: true, pausedReason: 'run_budget', runStop: null })
+      expect(await hs.record(inRun('r1', USD, T0 + 1000), T0 + 1000)).toMatchObject({ counted: true, paused: true, pausedReason: 'run_budget', runStop: null })
+      expect((await journaled()).map((r) => r.table)).toEqual(['events'])
+      // The agent's other runs, and its events outside any run, go on; the agent is not paused.
+      expect(await hs.record(inRun('r2', 2 * USD), T0)).toMatchObject({ paused: false, pausedReason: null })
+      expect(await hs.record(ev(USD), T0)).toMatchObject({ paused: false })
+      expect((await hs.get(ref, T0)).snapshot.pause.paused).toBe(false)
+      // Another agent's run of the same id is another run.
+      await hs.setPolicy({ userId: 'u', agentId: 'b' }, withRunBudget(3), T0, 'key-1')
+      expect(await hs.record(inRun('r1', USD, T0, { agentId: 'b' }), T0)).toMatchObject({ paused: false })
+    })
+
+    it('holds count against the run: refused past its budget or once it stopped, granted for other runs, released by the call they settle', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(ref, withRunBudget(10), T0, 'key-1')
+      await hs.record(inRun('r1', 4 * USD), T0)
+      const first = hold(5 * USD, 'r1')
+      expect(await hs.hold(ref, first, T0)).toMatchObject({ refusal: null, paused: false })
+      // 4 spent + 5 held + 1 nano more is over 10 by nothing: within; 1 USD + 1 nano is over.
+      expect(await hs.hold(ref, hold(USD + 1, 'r1'), T0)).toMatchObject({ refusal: 'run_budget', paused: false, pausedReason: null })
+      expect(await hs.hold(ref, hold(USD + 1, 'r2'), T0)).toMatchObject({ refusal: null })
+      // A call without its hold that takes the spend with the open hold over stops the run.
+      const crossing = await hs.record(inRun('r1', 2 * USD), T0)
+      expect(crossing).toMatchObject({ paused: true, pausedReason: 'run_budget' })
+      expect(crossing.runStop).toMatchObject({ spentNano: 6 * USD, heldNano: 5 * USD })
+      expect(await hs.hold(ref, hold(1, 'r1'), T0)).toMatchObject({ refusal: 'run_budget', paused: true, pausedReason: 'run_budget' })
+      // The call the hold was for settles it: released from the run too.
+      await hs.record(inRun('r1', USD, T0, { holdId: first.holdId }), T0)
+      expect((await hs.get(ref, T0)).snapshot.heldNano).toBe(USD + 1)
+      // A fresh run with a hold that settles: its spend is what the calls cost, not their holds.
+      const h = hold(6 * USD, 'r3')
+      expect(await hs.hold(ref, h, T0)).toMatchObject({ refusal: null })
+      expect(await hs.record(inRun('r3', 5 * USD, T0, { holdId: h.holdId }), T0)).toMatchObject({ paused: false })
+      expect(await hs.hold(ref, hold(5 * USD, 'r3'), T0)).toMatchObject({ refusal: null })
+      // An expired hold no longer counts.
+      expect(await hs.hold(ref, hold(USD, 'r3'), T0 + 300_000)).toMatchObject({ refusal: null })
+    })
+
+    it("the agent's own pause or its fleet's comes before the run's stop", async () => {
+      const { hs } = await make()
+      await hs.setPolicy(ref, withRunBudget(1), T0, 'key-1')
+      await hs.record(inRun('r1', 2 * USD), T0)
+      await hs.setPaused(ref, true, T0, 'key-1')
+      expect(await hs.record(inRun('r1', 1), T0)).toMatchObject({ paused: true, pausedReason: 'manual' })
+      expect(await hs.hold(ref, hold(1, 'r1'), T0)).toMatchObject({ refusal: 'paused', pausedReason: 'manual' })
+      await hs.setPaused(ref, false, T0, 'key-1')
+      await hs.setPaused(fleetOf('u'), true, T0, 'key-1')
+      expect(await hs.record(inRun('r1', 1), T0)).toMatchObject({ paused: true, pausedReason: 'fleet_manual' })
+      await hs.setPaused(fleetOf('u'), false, T0, 'key-1')
+      expect(await hs.record(inRun('r1', 1), T0)).toMatchObject({ paused: true, pausedReason: 'run_budget' })
+    })
+
+    it('forgets a run that ends unstopped and one idle for a day; a stopped run stays stopped after its end', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(ref, withRunBudget(3), T0, 'key-1')
+      await hs.record(inRun('r1', 2 * USD), T0)
+      await hs.record(inRun('r1', 0, T0, { llmCall: false, endsRun: true }), T0)
+      // Ended, it was forgotten: a late event of it starts a tally of its own.
+      expect(await hs.record(inRun('r1', 2 * USD), T0)).toMatchObject({ paused: false })
+      await hs.record(inRun('r2', 4 * USD), T0)
+      expect(await hs.record(inRun('r2', 0, T0, { llmCall: false, endsRun: true }), T0)).toMatchObject({ paused: true, pausedReason: 'run_budget' })
+      expect(await hs.record(inRun('r2', 1), T0)).toMatchObject({ paused: true, pausedReason: 'run_budget' })
+      // Idle for longer than a day (the default RUN_ABANDONED_AFTER): forgotten as other runs are counted.
+      const later = T0 + 24 * 3_600_000 + MINUTE_MS
+      await hs.record(inRun('r3', 1, later), later)
+      await hs.record(inRun('r4', 1, later), later)
+      expect(await hs.record(inRun('r2', 1, later), later)).toMatchObject({ paused: false })
+      expect(await hs.record(inRun('r1', 2 * USD, later), later)).toMatchObject({ paused: false })
+    })
+
+    it('keeps no run without a run budget; a budget set later counts a run from then on, and removing it lets every run go', async () => {
+      const { hs } = await make()
+      await hs.setPolicy(ref, policy(100, { alertAt: [] }), T0, 'key-1')
+      await hs.record(inRun('r1', 5 * USD), T0)
+      await hs.setPolicy(ref, withRunBudget(3), T0, 'key-1')
+      expect(await hs.record(inRun('r1', 2 * USD), T0)).toMatchObject({ paused: false })
+      expect(await hs.record(inRun('r1', USD + 1), T0)).toMatchObject({ paused: true, pausedReason: 'run_budget' })
+      await hs.setPolicy(ref, policy(100, { alertAt: [] }), T0, 'key-1')
+      expect(await hs.record(inRun('r1', USD), T0)).toMatchObject({ paused: false, pausedReason: null })
+      expect(await hs.hold(ref, hold(50 * USD, 'r1'), T0)).toMatchObject({ refusal: null })
     })
   })
 

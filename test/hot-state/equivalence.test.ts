@@ -30,13 +30,13 @@ const USD = 1_000_000_000
 const T0 = Date.UTC(2026, 2, 1, 10, 0, 0)
 
 type Target = number // an index into AGENTS, or -1: the fleet
-type RecordOp = { k: 'record'; agent: number; cents: number; llm: boolean; repeat: number | null; settle: number | null; charged: boolean }
+type RecordOp = { k: 'record'; agent: number; cents: number; llm: boolean; repeat: number | null; settle: number | null; charged: boolean; run?: string | null; ends?: boolean }
 type Op =
   | RecordOp
   | { k: 'burst'; events: RecordOp[] }
-  | { k: 'config'; target: Target; thresholdCents: number; autoResume: boolean; alertAt: number[]; velocity: { cents: number; minutes: number } | null; periods: PeriodBudget[] }
+  | { k: 'config'; target: Target; thresholdCents: number; autoResume: boolean; alertAt: number[]; velocity: { cents: number; minutes: number } | null; periods: PeriodBudget[]; runBudgetCents?: number | null }
   | { k: 'pause'; target: Target; paused: boolean }
-  | { k: 'hold'; agent: number; cents: number; ttlMinutes: number; retry: number | null }
+  | { k: 'hold'; agent: number; cents: number; ttlMinutes: number; retry: number | null; run?: string | null }
   | { k: 'release'; hold: number }
   | { k: 'get'; target: Target }
   | { k: 'list' }
@@ -58,7 +58,19 @@ const earlier = fc.option(fc.nat({ max: 1000 }), { freq: 2 })
 // Amounts from a few round values, so that spends land exactly on limits and levels.
 const cents = fc.constantFrom(0, 10, 20, 25, 40, 50, 100)
 const limitCents = fc.constantFrom(50, 100, 150, 200)
-const recordOp: fc.Arbitrary<RecordOp> = fc.record({ k: fc.constant('record' as const), agent, cents, llm: fc.boolean(), repeat: earlier, settle: earlier, charged: fc.boolean() })
+// Runs of an agent: a few ids, so that runs go over their budget, end, and start again.
+const run = fc.option(fc.constantFrom('r1', 'r2', 'r3'), { freq: 3 })
+const recordOp: fc.Arbitrary<RecordOp> = fc.record({
+  k: fc.constant('record' as const),
+  agent,
+  cents,
+  llm: fc.boolean(),
+  repeat: earlier,
+  settle: earlier,
+  charged: fc.boolean(),
+  run,
+  ends: fc.boolean(),
+})
 const op: fc.Arbitrary<Op> = fc.oneof(
   { weight: 8, arbitrary: recordOp },
   // Events sent at once: the Redis hot state takes them in one call (its group commit).
@@ -68,6 +80,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
     arbitrary: fc.record({
       k: fc.constant('config' as const),
       target,
+      runBudgetCents: fc.option(limitCents),
       thresholdCents: limitCents,
       autoResume: fc.boolean(),
       alertAt: fc.subarray([0.5, 0.8, 0.9]),
@@ -82,7 +95,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
     }),
   },
   { weight: 2, arbitrary: fc.record({ k: fc.constant('pause' as const), target, paused: fc.boolean() }) },
-  { weight: 3, arbitrary: fc.record({ k: fc.constant('hold' as const), agent, cents, ttlMinutes: fc.integer({ min: 1, max: 30 }), retry: earlier }) },
+  { weight: 3, arbitrary: fc.record({ k: fc.constant('hold' as const), agent, cents, ttlMinutes: fc.integer({ min: 1, max: 30 }), retry: earlier, run }) },
   { weight: 1, arbitrary: fc.record({ k: fc.constant('release' as const), hold: fc.nat({ max: 1000 }) }) },
   { weight: 2, arbitrary: fc.record({ k: fc.constant('get' as const), target }) },
   { weight: 1, arbitrary: fc.constant({ k: 'list' as const }) },
@@ -121,9 +134,13 @@ async function stores(): Promise<[Store, Store]> {
   const journal = new RedisJournal({ redis: redis.redis, instance: 'i', partitions: 4, maxRows: 1_000_000, prefix })
   await journal.register()
   const empty = async () => ({ minutes: [], seen: [], policy: null, policyVersion: 0, pause: null, ignored: null })
-  const hs = new RedisHotState({ redis: redis.redis, prefix, journal, loader: empty, userAgents: async () => [] })
+  // Runs are kept as long as the histories last: which idle runs leave first depends on the
+  // order of their events, which a clock stepping back makes differ between the two (the
+  // contract suite checks the idle time with a clock that goes forward).
+  const runIdleMs = 10 * 365 * 86_400_000
+  const hs = new RedisHotState({ redis: redis.redis, prefix, journal, loader: empty, userAgents: async () => [], runIdleMs })
   return [
-    { hs: new MemoryHotState(log), journal: log },
+    { hs: new MemoryHotState(log, { runIdleMs }), journal: log },
     { hs, journal },
   ]
 }
@@ -179,6 +196,9 @@ function eventOf(o: RecordOp, ids: Ids, now: number): RecordEvent {
     llmCall: o.llm,
     at: now,
     holdId: o.llm ? hold : undefined,
+    runId: o.run ?? undefined,
+    // An agent_end is no llm_call.
+    endsRun: !o.llm && o.ends === true,
     row: { user_id: USER, agent_id: ref.agentId, timestamp: toChDateTime64us(now * 1000), event_id: eventId, event_type: o.llm ? 'llm_call' : 'tool_call', model: '', input_tokens: 0, output_tokens: 0, cache_read_tokens: 0, cache_write_tokens: 0, tool_name: null, metadata: '', cost_nano: costNano, price_fallback: false },
     // A small budget, so that some charges are refused.
     ...(o.charged ? { rate: { key: 'events:k', max: 12, windowMs: 600_000 } } : {}),
@@ -207,6 +227,8 @@ async function apply(s: Store, o: Op, now: number, ids: Ids | Ids[]): Promise<un
         velocityLimitNano: o.velocity ? o.velocity.cents * (USD / 100) : null,
         velocityWindowMinutes: o.velocity?.minutes ?? 5,
         periodBudgets: o.periods,
+        // An agent's only (POST /config/fleet has none).
+        runBudgetNano: o.target >= 0 && o.runBudgetCents != null ? o.runBudgetCents * (USD / 100) : null,
       }
       answer = await outcome(s.hs.setPolicy(refOf(o.target), policy, now, 'key'))
       break
@@ -215,7 +237,7 @@ async function apply(s: Store, o: Op, now: number, ids: Ids | Ids[]): Promise<un
       answer = await outcome(s.hs.setPaused(refOf(o.target), o.paused, now, 'key'))
       break
     case 'hold': {
-      answer = await outcome(s.hs.hold(refOf(o.agent), { holdId: (ids as Ids).holdId!, costNano: o.cents * (USD / 100), expiresAt: now + o.ttlMinutes * 60_000 }, now))
+      answer = await outcome(s.hs.hold(refOf(o.agent), { holdId: (ids as Ids).holdId!, costNano: o.cents * (USD / 100), expiresAt: now + o.ttlMinutes * 60_000, runId: o.run ?? undefined }, now))
       break
     }
     case 'release':

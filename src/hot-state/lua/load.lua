@@ -10,7 +10,8 @@
 --   (absent: none), alerted [bits…] (per meter of its policy, in order: the levels the
 --   loaded spend is at, which count as fired), periods [[tally, from, spent]] (its period
 --   budgets' tallies, absent: none), hours (flat [hour, cost, …]: its rolling windows' hours
---   but the newest minute's, absent: none)}]
+--   but the newest minute's, absent: none), runs [[id, spent, stopped, last ms]] (absent:
+--   none)}]
 -- ARGV[2..] the fingerprints of the states' seen ids
 -- Returns {installed = [bool…]}, false for a state that was loaded already.
 local ids = id_tables()
@@ -25,7 +26,7 @@ for i, s in ipairs(A.states) do
       held = 0, holds = false, pause = pause, ign = s.ignored or NO_IGNORED, alerted = s.alerted, tallies = {}, windows = {} }
     -- Leftovers of a partly expired state (and its holds, which counted in the state lost)
     -- must not add to what is loaded. The tallies start from the buckets when first read.
-    redis.call('DEL', st.s, st.w, st.d, base .. ':hz', base .. ':h')
+    redis.call('DEL', st.s, st.w, st.d, base .. ':hz', base .. ':h', base .. ':r', base .. ':rz', base .. ':rh')
     for _, b in ipairs(s.minutes) do
       if b[1] >= DAY_FROM then add(st, b[1], b[2], b[3]) end
     end
@@ -41,6 +42,16 @@ for i, s in ipairs(A.states) do
     if s.hours and #s.hours > 0 then
       redis.call('HSET', st.d, unpack(s.hours))
       st.windows.rolling = true
+    end
+    -- The runs kept for a run budget: [[id, spent, stopped (0/1), last (ms)]].
+    if s.runs and #s.runs > 0 then
+      run_keys(st)
+      for _, r in ipairs(s.runs) do
+        redis.call('HSET', st.r, r[1], fmt(r[2]) .. ' ' .. r[3])
+        redis.call('ZADD', st.rz, r[4], r[1])
+      end
+      redis.call('PEXPIRE', st.r, TTL)
+      redis.call('PEXPIRE', st.rz, TTL)
     end
     save_state(st)
     if s.pv > 0 then redis.call('HSET', st.s, 'policy', s.policy, 'shown', s.shown) end

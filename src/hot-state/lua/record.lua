@@ -9,13 +9,15 @@
 --   states (state.lua read_states), events: [{agent, fleet (indices into A.states), fp (the
 --   id's fingerprint), cost, llm_call, minute, hold (the hold it settles, or absent), row
 --   (the ARGV index of its row's JSON), rate (its charge: an index into A.rates, the
---   budgets charged (state.lua charge()), or absent)}]
+--   budgets charged (state.lua charge()), or absent), run (its run id, or absent), ends (true:
+--   the run's agent_end)}], run_idle (ms: state.lua read_run())
 -- Returns a control answer before any change (state.lua control(): FENCED, FULL,
 -- NEEDS_LOAD, STALE), or {events = [answer…]}: each {limited = its budget} (over its
 -- budget: nothing else of it was done), {error = 'HOLD_OF_ANOTHER_AGENT'} (nothing of it was
 -- applied), or {counted, cost, total, reason, fleet_reason, exhausts, transitions, alerts,
 -- ignored, fleet_exhausts and fleet_last_hour (with fleet alerts), rate (its budget), periods and last_hour (the
--- agent's period budgets after it, as read.lua answers them)}.
+-- agent's period budgets after it, as read.lua answers them), run_stopped (its run's budget
+-- stopped it), run_stop {spent, held, version} (this event stopped it)}.
 local closed = journal_closed(true)
 if closed then return control(closed) end
 local states, answer_now = read_states()
@@ -50,6 +52,7 @@ local function answer(e, agent, fleet)
   if seen then
     -- A retry, or an event that a load from ClickHouse already counted: nothing changes.
     local out = { counted = false, cost = seen, total = fmt(agent.total), reason = agent.pause.reason, fleet_reason = fleet.pause.reason, exhausts = exhausts(agent) }
+    if e.run and agent.run_budget and run_stopped(agent, e.run) then out.run_stopped = true end
     if agent.windows.periods then
       local periods = period_answer(judge(agent, agent.meters))
       out.periods, out.last_hour = periods, fmt(spent_of(agent, LAST_HOUR, NOW_MINUTE - LAST_HOUR + 1))
@@ -65,6 +68,7 @@ local function answer(e, agent, fleet)
   end
   remember(ids, e.fp, h, cost, e.minute)
   journal('events', ARGV[e.row])
+  local run = e.run and agent.run_budget and read_run(agent, e.run)
   judge(agent, agent.meters)
   judge(fleet, fleet.meters)
   local agent_before, fleet_before = agent.total, fleet.total
@@ -84,6 +88,17 @@ local function answer(e, agent, fleet)
     journal('ignored_pauses', '{' .. members(agent) .. ',"at":"' .. A.at .. '","version":' .. fmt(version) ..
       ',"paused_at_ms":' .. fmt(g.since) .. ',"calls":' .. fmt(g.calls) .. ',"cost_nano":' .. fmt(g.nano) .. '}')
     out.ignored = { since = fmt(g.since), calls = fmt(g.calls), nano = fmt(g.nano), version = fmt(version) }
+  end
+  if run then
+    if count_run(run, e.cost, e.llm_call) then
+      local version = next_version(agent)
+      journal('run_stops', '{' .. members(agent) .. ',"run_id":' .. cjson.encode(run.id) .. ',"at":"' .. A.at .. '","version":' .. fmt(version) ..
+        ',"spent_nano":' .. fmt(run.s.spent) .. ',"held_nano":' .. fmt(run.s.held) .. ',"budget_nano":' .. fmt(run.budget) .. '}')
+      out.run_stop = { spent = fmt(run.s.spent), held = fmt(run.s.held), version = fmt(version) }
+    end
+    -- A run that ends unstopped is done with; a stopped one is kept, to answer its late events.
+    if e.ends and not run.s.stopped then forget_run(agent, run) else save_run(agent, run) end
+    if run.s.stopped then out.run_stopped = true end
   end
   if #fleet.fired > 0 then out.fleet_exhausts, out.fleet_last_hour = exhausts(fleet), fmt(spent_of(fleet, LAST_HOUR, NOW_MINUTE - LAST_HOUR + 1)) end
   local periods = period_answer(agent)

@@ -140,7 +140,7 @@ local function would_go_over(st, meters, cost)
 end
 
 -- policy.ts stepHold()
-local function step_hold(agent, fleet, meters, cost, retry)
+local function step_hold(agent, fleet, meters, cost, retry, run)
   local out = { agent = relax(agent, meters.agent), fleet = relax(fleet, meters.fleet) }
   if retry then return out end
   if holding_pause(agent, fleet) then
@@ -153,8 +153,21 @@ local function step_hold(agent, fleet, meters, cost, retry)
     return out
   end
   local f = would_go_over(fleet, meters.fleet, cost)
-  if f then out.refusal = f.tally and 'fleet_period_budget' or 'fleet_budget' end
+  if f then
+    out.refusal = f.tally and 'fleet_period_budget' or 'fleet_budget'
+    return out
+  end
+  if run and (run.s.stopped or run.s.spent + run.s.held + cost > run.budget) then out.refusal = 'run_budget' end
   return out
+end
+
+-- policy.ts countRun(): `run` {s = {spent, held, stopped}, budget}; true when this event stopped it.
+local function count_run(run, cost, llm_call)
+  local s = run.s
+  s.spent = s.spent + cost
+  if s.stopped or not llm_call or s.spent + s.held <= run.budget then return false end
+  s.stopped = true
+  return true
 end
 
 -- policy.ts manual()

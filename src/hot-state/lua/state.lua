@@ -522,6 +522,75 @@ local function take_hold(st, id)
   return v
 end
 
+-- Runs of an agent whose policy has a run budget (policy.ts RunJudged; the caller sends the
+-- budget with the state, run_budget, and A.run_idle). Three keys of the state's own:
+--   :r   hash of <run id> = 'spent stopped' (nano-USD; 1: its budget stopped it)
+--   :rz  ZSET of run ids scored by when their newest event or hold came (ms): a run idle
+--        for longer than A.run_idle leaves, two at a time as runs are read (memory.ts #runOf)
+--   :rh  hash of <hold id> = <run id>, for the open holds asked for a run: what a run holds
+--        is the sum of those still open in :h (an expired one is gone from :h already)
+-- They expire with the state (TTL from each write); load.lua installs them with it.
+
+local function run_keys(st)
+  if not st.r then
+    local base = string.sub(st.s, 1, -3)
+    st.r, st.rz, st.rh = base .. ':r', base .. ':rz', base .. ':rh'
+  end
+end
+
+-- What the open holds asked for run `id` hold (the state's holds moved on to now).
+local function run_held(st, id)
+  if not st.holds then return 0 end
+  run_keys(st)
+  hold_keys(st)
+  local flat, held = redis.call('HGETALL', st.rh), 0
+  for i = 1, #flat, 2 do
+    if flat[i + 1] == id then
+      local v = redis.call('HGET', st.h, flat[i])
+      if v then held = held + parse_hold(v) else redis.call('HDEL', st.rh, flat[i]) end
+    end
+  end
+  return held
+end
+
+-- Whether run `id` was stopped by its budget (a repeat's answer: nothing moves).
+local function run_stopped(st, id)
+  run_keys(st)
+  local v = redis.call('HGET', st.r, id)
+  return v ~= false and string.sub(v, -1) == '1'
+end
+
+-- Run `id` of the state, {id, s = {spent, held, stopped}, budget}, new when not kept; idle
+-- runs leave first. save_run() writes it back.
+local function read_run(st, id)
+  run_keys(st)
+  local idle = redis.call('ZRANGEBYSCORE', st.rz, '-inf', NOW - A.run_idle, 'LIMIT', 0, 2)
+  if #idle > 0 then
+    redis.call('HDEL', st.r, unpack(idle))
+    redis.call('ZREM', st.rz, unpack(idle))
+  end
+  local v = redis.call('HGET', st.r, id)
+  local s = { spent = 0, held = run_held(st, id), stopped = false }
+  if v then
+    local spent, stopped = string.match(v, '^(%-?%d+) (%d)$')
+    s.spent, s.stopped = tonumber(spent), stopped == '1'
+  end
+  return { id = id, s = s, budget = st.run_budget }
+end
+
+local function save_run(st, run)
+  redis.call('HSET', st.r, run.id, fmt(run.s.spent) .. ' ' .. (run.s.stopped and '1' or '0'))
+  redis.call('ZADD', st.rz, 'GT', NOW, run.id)
+  redis.call('PEXPIRE', st.r, TTL)
+  redis.call('PEXPIRE', st.rz, TTL)
+end
+
+-- A run that ended unstopped is done with.
+local function forget_run(st, run)
+  redis.call('HDEL', st.r, run.id)
+  redis.call('ZREM', st.rz, run.id)
+end
+
 -- The journal (stream.lua, prepended to the library): a script that may append checks
 -- first, before it changes anything; bounded writes only are refused 'FULL' (reads append
 -- the rare relaxing transition past the bound). nil when it may go on.
@@ -766,7 +835,7 @@ local function read_states()
       stale[#stale + 1] = { key = key, pv = fmt(st.pv), policy = redis.call('HGET', key, 'policy') or nil }
     else
       local meters = A.meters[s.meters]
-      st.meters, st.windows, st.budget, st.index = meters, windows_of(meters), s.budget, s.index
+      st.meters, st.windows, st.budget, st.index, st.run_budget = meters, windows_of(meters), s.budget, s.index, s.run_budget
       list[i] = st
     end
   end
