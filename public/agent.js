@@ -122,6 +122,7 @@ export function agentView(agentId) {
         ['Alerts reached', d.alerts_reached.length ? d.alerts_reached.map(pct).join(', ') : 'none'],
         d.ignoring_pause && ['Ignoring its pause', h('span', { class: 'badge ignoring' }, `${int(d.ignored_calls)} calls, ${usd(d.ignored_usd)} after the pause`)],
         d.config?.velocity_limit_usd && ['Velocity limit', `${usd(d.config.velocity_limit_usd)} per ${d.config.velocity_window_minutes} min`],
+        d.config?.run_budget_usd && ['Run budget', `${usd(d.config.run_budget_usd)} per run`],
       ]),
     )
     form.fill(d.config)
@@ -198,7 +199,7 @@ function runRow(r) {
       },
     },
     h('th', { scope: 'row', class: 'id' }, h('a', { href, title: r.run_id }, r.run_id)),
-    h('td', {}, runStatus(r.status)),
+    h('td', {}, runStatus(r.status, r.budget_stopped_at)),
     h('td', {}, time(r.started_at, { seconds: true })),
     h('td', { class: 'num' }, duration(r.duration_ms)),
     h('td', { class: 'num' }, usd(r.cost_usd)),
@@ -213,9 +214,11 @@ const RUN_STATES = {
   abandoned: 'no agent_end, and no event for RUN_ABANDONED_AFTER (24 h by default)',
 }
 
-/** A run's status as a badge: open, ended or abandoned. */
-export function runStatus(status) {
-  return h('span', { class: `badge run-${status}`, title: RUN_STATES[status] ?? '' }, status)
+/** A run's status as a badge: open, ended or abandoned; and another when its run budget stopped it (`stoppedAt`, ISO). */
+export function runStatus(status, stoppedAt = null) {
+  const badge = h('span', { class: `badge run-${status}`, title: RUN_STATES[status] ?? '' }, status)
+  if (!stoppedAt) return badge
+  return h('span', {}, badge, h('span', { class: 'badge paused', title: `stopped by its run budget at ${stoppedAt}` }, 'over run budget'))
 }
 
 /** An event as a row; `agent`: with its agent's id (a run's events may come from several). */

@@ -1,5 +1,5 @@
 // The budget form of an agent (POST /config) or of the fleet (POST /config/fleet): the daily
-// budget, alerts, velocity limit and period budgets. The server judges every value: what it
+// budget, alerts, velocity limit, an agent's run budget and period budgets. The server judges every value: what it
 // refuses comes back as problem+json, and each of its `errors[]` is shown next to the field it
 // names.
 
@@ -12,19 +12,21 @@ const FIELDS = [
   { name: 'alert_at', label: 'Alert at', hint: 'fractions of the budget, e.g. 0.5, 0.8; empty: no alerts', mode: 'text' },
   { name: 'velocity_limit_usd', label: 'Velocity limit (USD)', hint: 'empty: none', mode: 'decimal' },
   { name: 'velocity_window_minutes', label: 'Velocity window (minutes)', hint: '1 to 60', mode: 'numeric' },
+  { name: 'run_budget_usd', label: 'Run budget (USD)', hint: 'what one run may cost; empty: no limit', mode: 'decimal', agentOnly: true },
 ]
 
 /** The defaults of a new config (docs/api.md, POST /config). */
-const DEFAULTS = { cost_threshold_usd: 10, alert_at: [0.8], auto_resume: false, velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [] }
+const DEFAULTS = { cost_threshold_usd: 10, alert_at: [0.8], auto_resume: false, velocity_limit_usd: null, velocity_window_minutes: 5, period_budgets: [], run_budget_usd: null }
 
 /**
  * A form that edits a budget. `save(policy)` posts it; `onSaved()` runs after the server
  * took it. fill(config) sets the fields from the server, unless the user is editing them.
+ * `fleet`: a fleet's form, without an agent's own fields (its run budget).
  */
-export function budgetForm({ title, save, onSaved, defaults = DEFAULTS }) {
+export function budgetForm({ title, save, onSaved, defaults = DEFAULTS, fleet = false }) {
   const inputs = {}
   const errors = {}
-  const rows = FIELDS.map((f) => {
+  const rows = FIELDS.filter((f) => !(fleet && f.agentOnly)).map((f) => {
     const id = `budget-${f.name}`
     inputs[f.name] = h('input', { id, name: f.name, type: 'text', inputmode: f.mode, autocomplete: 'off', spellcheck: 'false', 'aria-describedby': `${id}-error ${id}-hint` })
     errors[f.name] = h('span', { class: 'field-error', id: `${id}-error`, role: 'alert' })
@@ -82,6 +84,10 @@ export function budgetForm({ title, save, onSaved, defaults = DEFAULTS }) {
     policy.velocity_limit_usd = velocity === '' ? null : numeric(velocity)
     const minutes = inputs.velocity_window_minutes.value.trim()
     if (minutes !== '') policy.velocity_window_minutes = numeric(minutes)
+    if (!fleet) {
+      const run = inputs.run_budget_usd.value.trim()
+      policy.run_budget_usd = run === '' ? null : numeric(run)
+    }
     policy.period_budgets = periods.read()
     return policy
   }
@@ -115,6 +121,7 @@ export function budgetForm({ title, save, onSaved, defaults = DEFAULTS }) {
     inputs.alert_at.value = (config.alert_at ?? []).join(', ')
     inputs.velocity_limit_usd.value = config.velocity_limit_usd ?? ''
     inputs.velocity_window_minutes.value = config.velocity_window_minutes ?? ''
+    if (!fleet) inputs.run_budget_usd.value = config.run_budget_usd ?? ''
     inputs.auto_resume.checked = Boolean(config.auto_resume)
     periods.write(config.period_budgets ?? [])
   }

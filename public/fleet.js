@@ -22,6 +22,7 @@ export function fleetView() {
     save: (policy) => api.fleetConfig(policy),
     onSaved: () => view.refresh(),
     defaults: NEW_FLEET,
+    fleet: true,
   })
 
   const el = h(

@@ -48,7 +48,7 @@ export function runView(runId) {
   function render(r) {
     missing.replaceChildren()
     crumbs.replaceChildren(h('a', { href: '#/agents' }, '← Agents'), ...r.agent_ids.flatMap((id) => [' · ', agentLink(id, `← ${id}`)]))
-    badge.replaceChildren(runStatus(r.status))
+    badge.replaceChildren(runStatus(r.status, r.budget_stopped_at))
     overview.replaceChildren(
       stats([
         ['Cost', usd(r.cost_usd)],
@@ -68,7 +68,7 @@ export function runView(runId) {
           'tr',
           {},
           h('th', { scope: 'row', class: 'id' }, agentLink(a.agent_id)),
-          h('td', {}, runStatus(a.status)),
+          h('td', {}, runStatus(a.status, a.budget_stopped_at)),
           h('td', { class: 'num' }, duration(a.duration_ms)),
           h('td', { class: 'num' }, usd(a.cost_usd)),
           h('td', { class: 'num' }, int(a.llm_calls)),

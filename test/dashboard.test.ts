@@ -219,10 +219,15 @@ describe.skipIf(SKIP)(SKIP ? SKIPPED : 'the dashboard in a real browser', () => 
 
     await threshold.fill('25')
     await page.getByLabel('Alert at').fill('0.5, 0.9')
+    await page.getByLabel('Run budget (USD)').fill('0.01')
     await page.getByRole('button', { name: 'Save budget' }).click()
     await visible(page.getByText('Saved.'))
-    expect((await api('/agents/planner', key)).config).toMatchObject({ cost_threshold_usd: 25, alert_at: [0.5, 0.9], velocity_limit_usd: null })
+    expect((await api('/agents/planner', key)).config).toMatchObject({ cost_threshold_usd: 25, alert_at: [0.5, 0.9], velocity_limit_usd: null, run_budget_usd: 0.01 })
     await eventuallyText(page.locator('.spend-line .amount')).toBe('$0.0075 of $25.00 in the last 24 h')
+    // A run that goes over it is marked so in the agent's runs (the second call: 0.015 USD).
+    for (let i = 0; i < 2; i++) await h.post('/events', llmCall('planner', { run_id: 'big-task' }), key)
+    await h.flush()
+    await eventuallyText(page.locator('tr[data-run-id="big-task"] .badge.paused')).toBe('over run budget')
 
     await threshold.fill('-1')
     await page.getByLabel('Alert at').fill('0.5, 2')
@@ -331,6 +336,8 @@ describe.skipIf(SKIP)(SKIP ? SKIPPED : 'the dashboard in a real browser', () => 
     await signIn(page, key)
     await page.getByRole('link', { name: 'Fleet' }).click()
     await visible(page.getByText('This fleet has no budget'))
+    // A run budget is an agent's: the fleet's form has none.
+    expect(await page.getByLabel('Run budget (USD)').count()).toBe(0)
     await page.getByLabel('Daily budget (USD)').fill('50')
     await page.getByRole('button', { name: 'Add calendar period' }).click()
     const month = page.getByRole('group', { name: 'Calendar period budget' })

@@ -43,6 +43,10 @@ describe('run budgets', () => {
         `burnrate: run \`r1\` of agent \`${agent}\` was stopped by its run budget: it spent $0.0225, with $0.005 held for calls in flight, over its $0.02; the agent's other runs go on (2026-11-20T12:00:00Z).`,
       ])
       await h.flush()
+      // The runs read shows which run its budget stopped, and when.
+      const runs = (await h.get(`/agents/${agent}/runs`, key)).json().runs as Array<{ run_id: string; budget_stopped_at: string | null }>
+      expect(Object.fromEntries(runs.map((r) => [r.run_id, r.budget_stopped_at]))).toEqual({ r1: new Date(clock.now()).toISOString(), r2: null })
+      expect((await h.get('/runs/r1', key)).json()).toMatchObject({ budget_stopped_at: new Date(clock.now()).toISOString(), by_agent: [{ budget_stopped_at: new Date(clock.now()).toISOString() }] })
       const records = (await h.get(`/audit?agent_id=${agent}`, key)).json().records as Array<{ action: string }>
       expect(records.filter((r) => r.action === 'run_paused')).toEqual([
         expect.objectContaining({ reason: 'run_budget', actor: 'system', details: { run_id: 'r1', spent_usd: 3 * LLM_CALL_USD, held_usd: 0.005, run_budget_usd: 0.02 } }),

@@ -97,6 +97,8 @@ function shown(p: Part, now: number) {
     tool_calls: p.tools,
     event_count: p.events,
     models: [...p.models].sort(),
+    // No run budget here: test/run-budget.test.ts has runs it stops.
+    budget_stopped_at: null,
   }
 }
 

@@ -68,6 +68,7 @@ describe('GET /agents/{agent_id}/runs and GET /runs/{run_id}', () => {
       tool_calls: 1,
       event_count: 5,
       models: ['gpt-4o', 'gpt-4o-mini'],
+      budget_stopped_at: null,
     }
     expect(await runsOf(key, 'a')).toEqual({ agent_id: 'a', runs: [{ run_id: 'r1', agent_id: 'a', ...figures }], next_cursor: null })
 
@@ -131,6 +132,7 @@ describe('GET /agents/{agent_id}/runs and GET /runs/{run_id}', () => {
         tool_calls: 0,
         event_count: 3,
         models: ['gpt-4o'],
+        budget_stopped_at: null,
       },
     ])
   })
@@ -177,6 +179,7 @@ describe('GET /agents/{agent_id}/runs and GET /runs/{run_id}', () => {
       tool_calls: 0,
       event_count: 3,
       models: ['gpt-4o'],
+      budget_stopped_at: null,
     }
     const helper = {
       agent_id: 'helper',
@@ -190,6 +193,7 @@ describe('GET /agents/{agent_id}/runs and GET /runs/{run_id}', () => {
       tool_calls: 1,
       event_count: 2,
       models: ['gpt-4o-mini'],
+      budget_stopped_at: null,
     }
     expect((await runsOf(key, 'lead')).runs).toEqual([{ run_id: 'shared', ...lead }])
     expect((await runsOf(key, 'helper')).runs).toEqual([{ run_id: 'shared', ...helper }])
@@ -208,6 +212,7 @@ describe('GET /agents/{agent_id}/runs and GET /runs/{run_id}', () => {
       tool_calls: 1,
       event_count: 5,
       models: ['gpt-4o', 'gpt-4o-mini'],
+      budget_stopped_at: null,
       by_agent: [helper, lead],
       cost_by_model: [
         { model: 'gpt-4o', cost_usd: usd(GPT4O_NANO), llm_calls: 1, input_tokens: 1000, output_tokens: 500 },

@@ -6,6 +6,7 @@ import { nanoToUsd } from '../money.ts'
 import { encodeRunCursor } from '../schemas/runs.ts'
 import { agentHasEvents, runEvents } from '../storage/events.ts'
 import { agentRuns, runParts, type ModelSpend, type RunPart, type RunPosition } from '../storage/runs.ts'
+import { runStopTimes } from '../storage/run-stops.ts'
 import { formatEvent } from '../agents/service.ts'
 
 export interface RunServiceDeps {
@@ -29,6 +30,8 @@ interface Figures {
   llmCalls: number
   toolCalls: number
   byModel: ModelSpend[]
+  /** When its agent's run budget stopped it (epoch ms), null when it did not. */
+  stoppedMs: number | null
 }
 
 /**
@@ -51,10 +54,11 @@ export class RunService {
     const page = rows.slice(0, q.limit)
     const last = page.at(-1)
     const now = this.#d.clock.now()
+    const stops = await runStopTimes(this.#d.clickhouse, userId, page.map((p) => p.run_id))
     return {
       agent_id: agentId,
-      runs: page.map((p) => ({ run_id: p.run_id, agent_id: p.agent_id, ...this.#shown(figuresOf(p), now) })),
-      next_cursor: rows.length > q.limit && last ? encodeRunCursor({ startedUs: startedUs(figuresOf(last)), runId: last.run_id }) : null,
+      runs: page.map((p) => ({ run_id: p.run_id, agent_id: p.agent_id, ...this.#shown(figuresOf(p, stops), now) })),
+      next_cursor: rows.length > q.limit && last ? encodeRunCursor({ startedUs: startedUs(figuresOf(last, stops)), runId: last.run_id }) : null,
     }
   }
 
@@ -66,7 +70,8 @@ export class RunService {
   async show(userId: string, runId: string, page: { limit: number; before?: string | undefined }) {
     const parts = await runParts(this.#d.clickhouse, userId, runId)
     if (parts.length === 0) throw new Problem('run_not_found', `no run ${JSON.stringify(runId)} for this API key's user`)
-    const whole = fold(parts.map(figuresOf))
+    const stops = await runStopTimes(this.#d.clickhouse, userId, [runId])
+    const whole = fold(parts.map((p) => figuresOf(p, stops)))
     const events = await runEvents(this.#d.clickhouse, {
       userId,
       runId,
@@ -82,7 +87,7 @@ export class RunService {
       run_id: runId,
       agent_ids: parts.map((p) => p.agent_id),
       ...this.#shown(whole, now),
-      by_agent: parts.map((p) => ({ agent_id: p.agent_id, ...this.#shown(figuresOf(p), now) })),
+      by_agent: parts.map((p) => ({ agent_id: p.agent_id, ...this.#shown(figuresOf(p, stops), now) })),
       cost_by_model: [...whole.byModel]
         .sort((a, b) => b.cost_nano - a.cost_nano || byCodeUnits(a.model, b.model))
         .map((m) => ({ model: m.model, cost_usd: nanoToUsd(m.cost_nano), llm_calls: m.llm_calls, input_tokens: m.input_tokens, output_tokens: m.output_tokens })),
@@ -110,6 +115,7 @@ export class RunService {
       // `events` is the list of a run's events in GET /runs/{id}, as in GET /agents/{id}.
       event_count: f.events,
       models: f.byModel.map((m) => m.model).sort(byCodeUnits),
+      budget_stopped_at: f.stoppedMs === null ? null : new Date(f.stoppedMs).toISOString(),
     }
   }
 
@@ -122,8 +128,10 @@ export class RunService {
   }
 }
 
-function figuresOf(p: RunPart): Figures {
+/** A part's figures; `stops`: runStopTimes() of its run. */
+function figuresOf(p: RunPart, stops: ReadonlyMap<string, number>): Figures {
   return {
+    stoppedMs: stops.get(`${p.agent_id}\0${p.run_id}`) ?? null,
     firstUs: p.first_us,
     lastUs: p.last_us,
     startUs: p.start_us,
@@ -140,6 +148,7 @@ function figuresOf(p: RunPart): Figures {
 function fold(parts: readonly Figures[]): Figures {
   const starts = parts.flatMap((p) => (p.startUs === null ? [] : [p.startUs]))
   const ends = parts.flatMap((p) => (p.endUs === null ? [] : [p.endUs]))
+  const stops = parts.flatMap((p) => (p.stoppedMs === null ? [] : [p.stoppedMs]))
   const models = new Map<string, ModelSpend>()
   for (const m of parts.flatMap((p) => p.byModel)) {
     const sum = models.get(m.model)
@@ -160,6 +169,7 @@ function fold(parts: readonly Figures[]): Figures {
     llmCalls: parts.reduce((s, p) => s + p.llmCalls, 0),
     toolCalls: parts.reduce((s, p) => s + p.toolCalls, 0),
     byModel: [...models.values()],
+    stoppedMs: stops.length > 0 ? Math.min(...stops) : null,
   }
 }
 

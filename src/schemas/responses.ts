@@ -250,6 +250,7 @@ const runFigures = {
   tool_calls: z.number().int(),
   event_count: z.number().int().describe('its events of every type'),
   models: z.array(z.string()).describe('the models of its llm_calls, distinct, sorted'),
+  budget_stopped_at: iso.nullable().describe("when its agent's run budget stopped it (the first agent's, for a shared run); null when it did not"),
 }
 
 export const runsReply = z.strictObject({

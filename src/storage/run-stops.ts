@@ -7,6 +7,8 @@ import { toChDateTime } from './clickhouse.ts'
 import { agentsFilter, agentsParams } from './events.ts'
 import { select } from './query.ts'
 
+const int = z.coerce.number().int()
+
 /** A row of run_stops (sql/0023): a run its agent's run budget stopped, written once. */
 export interface RunStopRow {
   user_id: string
@@ -23,6 +25,23 @@ export function runStopRow(r: RunStop): RunStopRow {
   return { user_id: r.userId, agent_id: r.agentId, run_id: r.runId, at: toChDateTime(r.at), version: r.version, spent_nano: r.spentNano, held_nano: r.heldNano, budget_nano: r.budgetNano }
 }
 
+/**
+ * When its run budget stopped each of these runs of a user that it did stop, epoch ms by
+ * `agent_id\0run_id`.
+ */
+export async function runStopTimes(client: ClickHouseClient, userId: string, runIds: readonly string[]): Promise<Map<string, number>> {
+  if (runIds.length === 0) return new Map()
+  const rows = await select(
+    client,
+    `SELECT agent_id, run_id, toUnixTimestamp64Milli(min(at)) AS at_ms FROM run_stops
+     WHERE user_id = {user:String} AND run_id IN {runs:Array(String)}
+     GROUP BY agent_id, run_id`,
+    { user: userId, runs: [...new Set(runIds)] },
+    z.object({ agent_id: z.string(), run_id: z.string(), at_ms: int }),
+  )
+  return new Map(rows.map((r) => [`${r.agent_id}\0${r.run_id}`, r.at_ms]))
+}
+
 /** A run of an agent with a run budget, as the stored events say it: for a hot state that rebuilds or loads its runs. */
 export interface StoredRun {
   user_id: string
@@ -35,7 +54,6 @@ export interface StoredRun {
   stopped: boolean
 }
 
-const int = z.coerce.number().int()
 const storedRun = z.object({ user_id: z.string(), agent_id: z.string(), run_id: z.string(), cost_nano: int, last_ms: int, ended: z.coerce.boolean(), stopped: z.coerce.boolean() })
 
 /**
