@@ -20,6 +20,7 @@ export interface Metrics {
   unpricedQuantities: Counter<'quantity'>
   /** Agents flagged for calling the model after their pause and its grace, once per pause. */
   ignoredPauses: Counter
+  runStops: Counter
   holds: Counter<'result'>
   /** Exports (GET /export, `burnrate export` through a server) by format and outcome. */
   exports: Counter<'format' | 'outcome'>
@@ -111,6 +112,11 @@ export function createMetrics(sources: {
     ignoredPauses: new Counter({
       name: 'burnrate_ignored_pauses_total',
       help: 'Agents flagged ignoring_pause: llm_calls kept arriving after their pause and its grace period (once per pause)',
+      registers: [registry],
+    }),
+    runStops: new Counter({
+      name: 'burnrate_run_stops_total',
+      help: "Runs stopped by their agent's run budget (once per run)",
       registers: [registry],
     }),
     holds,

@@ -152,6 +152,7 @@ export async function openServices(
       for (const quantity of quantities) metrics.unpricedQuantities.inc({ quantity })
     },
     onIgnoredPause: () => metrics.ignoredPauses.inc(),
+    onRunStopped: () => metrics.runStops.inc(),
     onChanges: (transitions, alerts) => {
       metrics.transitions(transitions)
       metrics.alerts(alerts)

@@ -38,6 +38,7 @@ describe('run budgets', () => {
       expect((await call('r2')).json()).toMatchObject({ paused: false })
       expect((await h.get(`/agents/${agent}`, key)).json()).toMatchObject({ is_paused: false, paused_reason: null })
 
+      expect(await h.services.metrics.registry.getSingleMetricAsString('burnrate_run_stops_total')).toMatch(/ 1$/m)
       await h.services.webhooks.drain()
       expect(receiver.messages.map((m) => m.text)).toEqual([
         `burnrate: run \`r1\` of agent \`${agent}\` was stopped by its run budget: it spent $0.0225, with $0.005 held for calls in flight, over its $0.02; the agent's other runs go on (2026-11-20T12:00:00Z).`,

@@ -45,6 +45,8 @@ export interface IngestDeps {
   onUnpriced?: (quantities: readonly string[]) => void
   /** Told each agent flagged for calling the model after its pause (a metric). */
   onIgnoredPause?: () => void
+  /** Told each run stopped by its agent's run budget (a metric). */
+  onRunStopped?: () => void
   /** Told what a counted event changed: pause transitions and alert levels crossed (metrics). */
   onChanges?: (transitions: readonly Transition[], alerts: readonly BudgetAlert[]) => void
 }
@@ -98,6 +100,7 @@ export class IngestService {
       if (step.runStop) {
         this.#d.log.info({ userId, agentId: e.agent_id, runId: step.runStop.runId, spentNano: step.runStop.spentNano }, 'run stopped by its run budget')
         this.#d.notifier.runStopped(step.runStop)
+        this.#d.onRunStopped?.()
       }
     }
     const { costNano, paused, pausedReason, pausedPeriod, periods, totalNano, thresholdNano, exhaustionAt } = step
