@@ -5,8 +5,10 @@
  * alert levels, a daily budget, a velocity limit) and the user's fleet the same, then
  * `--events` events with a fresh event id each, `--concurrency` in flight, the agents in
  * turn. A second user's agents and fleet have the same rules and two period budgets more (a
- * calendar month in America/New_York and a rolling 30 days); the rounds alternate between the
- * two users, so each figure with periods has one without beside it, measured in the same run.
+ * calendar month in America/New_York and a rolling 30 days); a third user's have the same rules
+ * and a run budget, and each of its events names a run (ten events of an agent a run). The
+ * rounds take the three users in turn, so each figure with periods or runs has one without
+ * beside it, measured in the same run.
  * Between the warmup and the measured events Redis's counters are reset, so:
  *
  * - Redis µs per event: INFO commandstats, the usec of every script call (EVALSHA, EVAL)
@@ -46,6 +48,7 @@ const rounds = Number(values.rounds)
 const USD = 1_000_000_000
 const USER = 'bench'
 const PERIODS_USER = 'bench-periods'
+const RUNS_USER = 'bench-runs'
 const redis = await startRedis()
 const journal = new RedisJournal({ redis: redis.redis, instance: 'bench', partitions: 16, maxRows: 100_000_000 })
 await journal.register()
@@ -72,14 +75,17 @@ const withPeriods = (thresholdUsd: number): AgentPolicy => ({
     { spec: { windowDays: 30 }, limitNano: thresholdUsd * USD },
   ],
 })
+// The same with a run budget no run reaches.
+const withRunBudget = (thresholdUsd: number): AgentPolicy => ({ ...every(thresholdUsd), runBudgetNano: thresholdUsd * USD })
 const now = () => Date.now()
-for (const [user, policy] of [[USER, every], [PERIODS_USER, withPeriods]] as const) {
-  await hs.setPolicy({ userId: user, agentId: '' }, policy(1_000_000), now(), 'bench')
+for (const [user, policy] of [[USER, every], [PERIODS_USER, withPeriods], [RUNS_USER, withRunBudget]] as const) {
+  await hs.setPolicy({ userId: user, agentId: '' }, { ...policy(1_000_000), runBudgetNano: null }, now(), 'bench')
   for (let i = 0; i < agents; i++) await hs.setPolicy({ userId: user, agentId: `agent-${i}` }, policy(100_000), now(), 'bench')
 }
 
 let next = 0
 function event(user: string): RecordEvent {
+  const runId = user === RUNS_USER ? `run-${Math.floor(next / (agents * 10))}` : undefined
   const agentId = `agent-${next++ % agents}`
   const at = now()
   const eventId = randomUUID()
@@ -90,6 +96,7 @@ function event(user: string): RecordEvent {
     costNano: 7_500_000,
     llmCall: true,
     at,
+    runId,
     row: {
       user_id: user,
       agent_id: agentId,
@@ -105,6 +112,7 @@ function event(user: string): RecordEvent {
       metadata: '',
       cost_nano: 7_500_000,
       price_fallback: false,
+      ...(runId ? { run_id: runId } : {}),
     },
   }
 }
@@ -136,10 +144,12 @@ const trimJournal = async () => {
   for (let p = 0; p < 16; p++) await redis.redis.xtrim(journal.streamKey(p), 'MAXLEN', 0)
 }
 // Warmup: every agent known, the JIT warm.
-for (const user of [USER, PERIODS_USER]) await drive(hs, user, Math.min(events, agents * 5))
-const rows = [['round', 'periods', 'events/s', 'script calls', 'Redis µs/event (commandstats)', 'Redis CPU µs/event', 'client CPU µs/event']]
-for (let r = 1; r <= rounds * 2; r++) {
-  const user = r % 2 === 1 ? USER : PERIODS_USER
+for (const user of [USER, PERIODS_USER, RUNS_USER]) await drive(hs, user, Math.min(events, agents * 5))
+const rows = [['round', 'beside every rule', 'events/s', 'script calls', 'Redis µs/event (commandstats)', 'Redis CPU µs/event', 'client CPU µs/event']]
+const users = [USER, PERIODS_USER, RUNS_USER]
+const shown: Record<string, string> = { [USER]: 'nothing', [PERIODS_USER]: 'month + 30 d', [RUNS_USER]: 'run budget' }
+for (let r = 0; r < rounds * users.length; r++) {
+  const user = users[r % users.length]!
   await trimJournal()
   await redis.redis.config('RESETSTAT')
   const cpu0 = redisCpu()
@@ -148,7 +158,7 @@ for (let r = 1; r <= rounds * 2; r++) {
   const client = process.cpuUsage(client0)
   const cpu = redisCpu() - cpu0
   const s = scriptUsec(await info('commandstats'))
-  rows.push([String(Math.ceil(r / 2)), user === PERIODS_USER ? 'month + 30 d' : 'none', fmt(events / (ms / 1000)), fmt(s.calls), fmt(s.usec / events, 1), fmt((cpu * 1e6) / events, 1), fmt((client.user + client.system) / events, 1)])
+  rows.push([String(Math.floor(r / users.length) + 1), shown[user]!, fmt(events / (ms / 1000)), fmt(s.calls), fmt(s.usec / events, 1), fmt((cpu * 1e6) / events, 1), fmt((client.user + client.system) / events, 1)])
 }
 console.log(table(rows))
 await hs.close()
