@@ -5,7 +5,7 @@ import { buildEventBody, buildHoldBody, checkAgentId } from './event.js'
 import type { EventBody, HoldBody } from './event.js'
 import { isObject, requestJson, sleep } from './http.js'
 import type { FetchLike, JsonAnswer, JsonRequest, RetryPolicy } from './http.js'
-import { isUuid } from './id.js'
+import { isUuid, randomUuid } from './id.js'
 import { periodBudgetsBody, periodsOf } from './periods.js'
 import type { AlertInfo, BufferOptions, BurnrateEvent, EventExtras, EventResponse, FailMode, GuardCall, GuardRefusalReason, GuardResult, Hold, HoldResponse, LlmUsage, Metadata, Period, PeriodBudget, Problem, SendOptions } from './types.js'
 import { fromAnthropic as anthropicEvent, fromOpenAIChat as openAIChatEvent, fromOpenAIResponses as openAIResponsesEvent, fromUsage as usageEvent, llmCallEvent, withExtras } from './usage.js'
@@ -69,9 +69,11 @@ export interface WaitOptions {
   signal?: AbortSignal
 }
 
-/** A guarded call's hold as its reports see it: the id they carry, and whether burnrate has acknowledged one. */
+/** A guarded call's hold as its reports see it: the id they carry, the run they belong to, and whether burnrate has acknowledged one. */
 interface HoldState {
   readonly id: string | null
+  /** The client's run when guard() was called: the call's report names it, whatever start() or end() happened meanwhile. */
+  readonly runId: string | null
   settled: boolean
 }
 
@@ -122,6 +124,8 @@ export class Burnrate {
   private undelivered = false
   /** The server answered 404 to POST /events/batch (older than the endpoint): the buffer posts its events one by one. */
   private batchless = false
+  /** The current run's id: set by an agent_start, cleared by an agent_end; null outside a run. */
+  private run: string | null = null
 
   constructor(options: BurnrateOptions) {
     if (typeof options !== 'object' || options === null) throw new TypeError('burnrate: new Burnrate(options) needs an options object')
@@ -244,6 +248,14 @@ export class Burnrate {
     return this.last === undefined ? undefined : periodsOf(this.last.periods)
   }
 
+  /**
+   * The current run's id: the one start() made (a random UUID) or was given (`runId`), until
+   * end(); null outside a run. Every event sent meanwhile carries it as `run_id`.
+   */
+  get runId(): string | null {
+    return this.run
+  }
+
   /** Buffered mode: the events queued or in flight, not yet answered by burnrate. 0 without a buffer. */
   get pendingEvents(): number {
     return this.buffer?.size ?? 0
@@ -255,15 +267,16 @@ export class Burnrate {
    * "closed", when burnrate could not be reached. Rejects only with a TypeError for an
    * invalid event. With the buffer on, a tool_call, agent_start or agent_end (or any event
    * with `buffered: true`) is queued instead and the call resolves at once: false while paused,
-   * with failMode "closed" false while the last batch could not be sent, else true.
+   * with failMode "closed" false while the last batch could not be sent, else true. The event
+   * carries the current run's `run_id` unless it names one; an agent_start or agent_end sent
+   * here begins or ends a run as start() and end() do.
    */
   send(event: BurnrateEvent, options?: SendOptions): Promise<boolean> {
     return this.later(() => event, options?.buffered)
   }
 
-  /** send(), for a guarded call with its hold: hold_id goes with the event, and `settled` turns true once burnrate acknowledged it. */
-  private async post(event: BurnrateEvent, hold?: HoldState): Promise<boolean> {
-    const body = buildEventBody(this.agent, hold?.id ? { ...event, hold_id: hold.id } : event)
+  /** Posts one event's body now; for a guarded call, `settled` turns true once burnrate acknowledged it. */
+  private async post(body: EventBody, hold?: HoldState): Promise<boolean> {
     if (this.isPaused) return false
     const configured = await this.configure()
     if (this.isPaused) return false
@@ -291,19 +304,25 @@ export class Burnrate {
   }
 
   /** A tool_call event (buffered when the buffer is on, unless `buffered: false`). */
-  toolCall(toolName: string, metadata?: Metadata, extras?: Pick<EventExtras, 'eventId' | 'buffered'>): Promise<boolean> {
+  toolCall(toolName: string, metadata?: Metadata, extras?: Pick<EventExtras, 'eventId' | 'runId' | 'buffered'>): Promise<boolean> {
     return this.later(() => withExtras({ event_type: 'tool_call', tool_name: toolName }, { ...extras, metadata }), extras?.buffered)
   }
 
-  /** An agent_start event (buffered when the buffer is on, unless `buffered: false`). */
-  start(metadata?: Metadata, extras?: Pick<EventExtras, 'eventId' | 'buffered'>): Promise<boolean> {
+  /**
+   * An agent_start event, which begins a run: its id is `runId` when given, else a new random
+   * UUID, and every event after it carries it until end() (see `runId`). A start() without an
+   * end() before it begins a new run all the same. Buffered when the buffer is on, unless
+   * `buffered: false`.
+   */
+  start(metadata?: Metadata, extras?: Pick<EventExtras, 'eventId' | 'runId' | 'buffered'>): Promise<boolean> {
     return this.later(() => withExtras({ event_type: 'agent_start' }, { ...extras, metadata }), extras?.buffered)
   }
 
   /**
-   * An agent_end event. With the buffer on it is queued, and the buffer flushed: resolves once
-   * burnrate has answered every event queued so far (false if paused, or, with failMode
-   * "closed", when they could not all be sent).
+   * An agent_end event, the last of the current run: it carries the run's id, and the events
+   * after it carry none until the next start(). With the buffer on it is queued, and the
+   * buffer flushed: resolves once burnrate has answered every event queued so far (false if
+   * paused, or, with failMode "closed", when they could not all be sent).
    */
   async end(metadata?: Metadata, extras?: Pick<EventExtras, 'eventId'>): Promise<boolean> {
     const build = () => withExtras({ event_type: 'agent_end' }, { ...extras, metadata })
@@ -371,6 +390,7 @@ export class Burnrate {
   async guard<T>(call: GuardCall, fn: (hold: Hold) => T | Promise<T>): Promise<GuardResult<T>> {
     const body = buildHoldBody(this.agent, call)
     if (typeof fn !== 'function') throw new TypeError('burnrate: guard needs the function that makes the call')
+    const runId = this.run
     if (this.isPaused) return refused('paused', this.reason, this.period)
     // The hold is judged against the budget this client sets: configure it first.
     const configured = await this.configure()
@@ -387,7 +407,7 @@ export class Burnrate {
       }
       return refused(answer.reason as GuardRefusalReason, answer.paused_reason, pausedPeriod, answer)
     }
-    const hold: HoldState = { id: answer?.hold_id ?? null, settled: false }
+    const hold: HoldState = { id: answer?.hold_id ?? null, runId, settled: false }
     try {
       const value = await fn(this.holdFor(call.model, hold, answer))
       return { allowed: true, value, holdId: hold.id }
@@ -527,19 +547,32 @@ export class Burnrate {
   }
 
   /**
-   * Builds the event (a TypeError becomes a rejection), then queues it (buffered mode: tool
-   * calls, starts and ends unless `buffered` is false, others when it is true) or posts it, with
-   * the hold of a guarded call when given (never queued).
+   * Builds the event (a TypeError becomes a rejection) with its run, then queues it (buffered
+   * mode: tool calls, starts and ends unless `buffered` is false, others when it is true) or
+   * posts it, with the hold of a guarded call when given (never queued).
    */
   private async later(build: () => BurnrateEvent, buffered?: boolean, hold?: HoldState): Promise<boolean> {
-    const event = build()
-    if (hold === undefined && this.buffer !== null && !this.buffer.closed && (buffered ?? event.event_type !== 'llm_call')) {
-      const body = buildEventBody(this.agent, event)
+    let event = build()
+    if (hold !== undefined) event = { run_id: hold.runId ?? undefined, ...event, ...(hold.id === null ? {} : { hold_id: hold.id }) }
+    const body = this.inRun(buildEventBody(this.agent, event))
+    if (hold === undefined && this.buffer !== null && !this.buffer.closed && (buffered ?? body.event_type !== 'llm_call')) {
       if (this.isPaused) return false
       this.buffer.add(body)
       return this.answerNow()
     }
-    return this.post(event, hold)
+    return this.post(body, hold)
+  }
+
+  /**
+   * Gives a valid event's body its run: an agent_start begins a new one (named by its own
+   * run_id, else a new UUID), an agent_end is the current run's last event. Any other event
+   * carries the current run's id, unless it names a run itself.
+   */
+  private inRun(body: EventBody): EventBody {
+    if (body.event_type === 'agent_start') this.run = body.run_id ??= randomUuid()
+    else if (this.run !== null) body.run_id ??= this.run
+    if (body.event_type === 'agent_end') this.run = null
+    return body
   }
 
   /** What a buffered call resolves to, without waiting: false while paused, or (failMode "closed") while the last batch could not be sent. */

@@ -8,7 +8,7 @@ export const MAX_METADATA_BYTES = 16 * 1024
 export const MAX_HOLD_TTL_SECONDS = 3600
 
 const EVENT_TYPES: readonly EventType[] = ['llm_call', 'tool_call', 'agent_start', 'agent_end']
-const FIELDS = new Set(['event_type', 'model', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'usage', 'provider', 'api_flavor', 'tool_name', 'metadata', 'event_id', 'hold_id'])
+const FIELDS = new Set(['event_type', 'model', 'input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens', 'usage', 'provider', 'api_flavor', 'tool_name', 'metadata', 'run_id', 'event_id', 'hold_id'])
 const GUARD_FIELDS = new Set(['model', 'inputTokens', 'maxOutputTokens', 'ttlSeconds'])
 const TOKEN_FIELDS = ['input_tokens', 'output_tokens', 'cache_read_tokens', 'cache_write_tokens'] as const
 
@@ -18,7 +18,7 @@ const CONTROL = /[\u0000-\u001f\u007f-\u009f]/
 /** The wire body of POST /events. */
 export type EventBody = BurnrateEvent & { agent_id: string; event_id: string }
 
-/** Throws a TypeError unless `id` is a valid agent_id (1–128 characters, no control characters). */
+/** Throws a TypeError unless `id` is a valid agent_id or run_id (the same rule: 1–128 characters, no control characters). */
 export function checkAgentId(id: unknown, what = 'agentId'): string {
   if (typeof id !== 'string' || id.length < 1 || id.length > 128 || CONTROL.test(id)) {
     throw new TypeError(`burnrate: ${what} must be a string of 1 to 128 characters without control characters`)
@@ -93,6 +93,7 @@ export function buildEventBody(agentId: string, event: BurnrateEvent): EventBody
     throw new TypeError('burnrate: cache_read_tokens + cache_write_tokens are parts of input_tokens and must not exceed it')
   }
   if (e.metadata !== undefined) body.metadata = checkMetadata(e.metadata)
+  if (e.run_id !== undefined) body.run_id = checkAgentId(e.run_id, 'run_id')
   if (e.event_id !== undefined) {
     if (typeof e.event_id !== 'string' || !isUuid(e.event_id)) throw new TypeError('burnrate: event_id must be a UUID')
     body.event_id = e.event_id.toLowerCase()

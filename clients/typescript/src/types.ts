@@ -30,6 +30,11 @@ export interface BurnrateEvent {
   /** Required for tool_call. */
   tool_name?: string | null
   metadata?: Metadata
+  /**
+   * The run (one task of the agent, from its start to its end) the event belongs to: 1–128
+   * characters. The client sets its current run's id (see Burnrate.runId) when absent.
+   */
+  run_id?: string
   /** A UUID; the client generates one when absent. The same id is sent on every retry. */
   event_id?: string
   /**
@@ -55,6 +60,11 @@ export interface EventExtras {
   metadata?: Metadata
   /** Your own event id (a UUID), e.g. to make a retry of your own idempotent. */
   eventId?: string
+  /**
+   * The run this event belongs to, in place of the client's current run (e.g. a run another
+   * agent started and handed over): 1–128 characters. For start(), the new run's id.
+   */
+  runId?: string
   /**
    * With the client's `buffer` on: `true` queues this llm_call for the next batch instead of
    * posting it at once (a call reported after the fact, whose answer the agent does not wait

@@ -44,10 +44,11 @@ export function llmCallEvent(model: string, usage: LlmUsage, extras?: EventExtra
   return withExtras(event, extras)
 }
 
-/** Copies `metadata` and `eventId` of `extras` onto `event`. */
+/** Copies `metadata`, `eventId` and `runId` of `extras` onto `event`. */
 export function withExtras(event: BurnrateEvent, extras?: EventExtras): BurnrateEvent {
   if (extras?.metadata !== undefined) event.metadata = extras.metadata
   if (extras?.eventId !== undefined) event.event_id = extras.eventId
+  if (extras?.runId !== undefined) event.run_id = extras.runId
   return event
 }
 

@@ -115,8 +115,12 @@ describe('buffered mode: what goes in batches, and when', () => {
     expect(routes(p)).toEqual(['POST /config 200', 'POST /events/batch 200'])
     const [batch] = batches(p)
     expect(batch!.body.events.map((e: { event_type: string }) => e.event_type)).toEqual(['agent_start', 'tool_call', 'tool_call', 'llm_call', 'llm_call', 'tool_call', 'llm_call', 'agent_end'])
-    expect(batch!.body.events[0]).toEqual({ agent_id: id, event_type: 'agent_start', metadata: { run: 1 }, event_id: expect.stringMatching(UUID_V4) })
-    expect(batch!.body.events[3]).toEqual({ agent_id: id, event_type: 'llm_call', model: 'gpt-4o', input_tokens: 1000, output_tokens: 500, metadata: { step: 1 }, event_id: expect.stringMatching(UUID_V4) })
+    // Each carries the run start() began, the end included.
+    const run = batch!.body.events[0].run_id as string
+    expect(run).toMatch(UUID_V4)
+    expect(batch!.body.events.map((e: { run_id: string }) => e.run_id)).toEqual(Array(8).fill(run))
+    expect(batch!.body.events[0]).toEqual({ agent_id: id, event_type: 'agent_start', metadata: { run: 1 }, run_id: run, event_id: expect.stringMatching(UUID_V4) })
+    expect(batch!.body.events[3]).toEqual({ agent_id: id, event_type: 'llm_call', model: 'gpt-4o', input_tokens: 1000, output_tokens: 500, metadata: { step: 1 }, run_id: run, event_id: expect.stringMatching(UUID_V4) })
     expect(batch!.body.events[4]).toMatchObject({ provider: 'openai', api_flavor: 'chat', usage: { prompt_tokens: 1000 } })
     const sent = idsOf(batch!)
     expect(sent[2]).toBe(own)

@@ -1,0 +1,206 @@
+import { randomUUID } from 'node:crypto'
+import { writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
+import { api, cleanup, createKey, drained, freshDataDir, startServe, type ServerProcess } from '../../../test/helpers/process.ts'
+import { Burnrate, type BurnrateError, type BurnrateOptions } from '../src/index.ts'
+import { startProxy, type Proxy, type Seen } from './helpers/proxy.ts'
+
+// Runs in the TypeScript client, against a real `burnrate serve` (embedded chDB, in-memory hot
+// state) started for this file: the run id start() makes and every event carries until end(),
+// read back with GET /runs/{run_id} and GET /agents/{agent_id}. Nothing of burnrate is mocked.
+
+const PRICES = { models: { 'gpt-4o': { input: 2.5, output: 10 } } }
+/** gpt-4o, 1000 in / 500 out: 0.0075 USD. */
+const CALL = { inputTokens: 1000, outputTokens: 500 }
+const UUID_V4 = /^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/
+/** Long enough that no batch leaves by age while a test looks. */
+const NEVER = 600_000
+
+let server: ServerProcess
+let key: string
+const proxies: Proxy[] = []
+
+beforeAll(async () => {
+  const pricesFile = join(freshDataDir(), 'prices.json')
+  writeFileSync(pricesFile, JSON.stringify(PRICES))
+  const dataDir = freshDataDir()
+  server = await startServe(dataDir, { PRICES_FILE: pricesFile, CONFIG_RATE_LIMIT: '100000', READS_RATE_LIMIT: '100000' })
+  key = (await createKey(dataDir, 'alice', ['--rate-limit', '100000'])).key
+})
+
+afterEach(async () => {
+  for (const p of proxies.splice(0)) await p.close()
+})
+
+afterAll(async () => {
+  await cleanup()
+})
+
+function agentName(what: string): string {
+  return `tsr-${what}-${randomUUID().slice(0, 8)}`
+}
+
+async function proxy(): Promise<Proxy> {
+  const p = await startProxy(server.url)
+  proxies.push(p)
+  return p
+}
+
+function make(agentId: string, opts: Partial<BurnrateOptions> = {}): { c: Burnrate; errors: BurnrateError[] } {
+  const errors: BurnrateError[] = []
+  const c = new Burnrate({ baseUrl: server.url, apiKey: key, agentId, timeoutMs: 5000, retryBaseDelayMs: 10, maxRetryDelayMs: 2000, onError: (e) => errors.push(e), ...opts })
+  return { c, errors }
+}
+
+interface StoredEvent {
+  event_id: string
+  event_type: string
+  run_id: string | null
+  tool_name: string | null
+}
+
+/** The agent's stored events, oldest first, once every acknowledged one is readable. */
+async function storedEvents(agentId: string): Promise<StoredEvent[]> {
+  await drained(server.url)
+  const res = await api(server.url, 'GET', `/agents/${encodeURIComponent(agentId)}?limit=1000`, key)
+  expect(res.status).toBe(200)
+  return (res.body.events as StoredEvent[]).reverse()
+}
+
+/** GET /runs/{run_id}, once every acknowledged event is readable. */
+async function run(runId: string) {
+  await drained(server.url)
+  const res = await api(server.url, 'GET', `/runs/${encodeURIComponent(runId)}?limit=1000`, key)
+  expect(res.status).toBe(200)
+  return res.body
+}
+
+/** What the events of the agent were, in order: their type (or tool) and run. */
+const shape = (events: StoredEvent[]) => events.map((e) => [e.tool_name ?? e.event_type, e.run_id])
+const wire = (seen: Seen[]) => seen.flatMap((s) => (s.path === '/events/batch' ? s.body.events : s.path === '/events' ? [s.body] : []) as Array<Record<string, unknown>>)
+
+describe('run ids', () => {
+  it('start() makes a run id that every event carries until end(), the end included; a second run has its own', async () => {
+    const id = agentName('plain')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url })
+    expect(c.runId).toBeNull()
+    expect(await c.toolCall('before')).toBe(true)
+
+    expect(await c.start({ task: 1 })).toBe(true)
+    const first = c.runId
+    expect(first).toMatch(UUID_V4)
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(await c.toolCall('search')).toBe(true)
+    expect(await c.fromOpenAIChat('gpt-4o', { prompt_tokens: 1000, completion_tokens: 500, total_tokens: 1500 })).toBe(true)
+    expect(await c.send({ event_type: 'tool_call', tool_name: 'raw' })).toBe(true)
+    const guarded = await c.guard({ model: 'gpt-4o', inputTokens: 1000, maxOutputTokens: 1000 }, (hold) => hold.llmCall(CALL))
+    expect(guarded).toMatchObject({ allowed: true, value: true })
+    expect(c.runId).toBe(first)
+    expect(await c.end()).toBe(true)
+    expect(c.runId).toBeNull()
+    expect(await c.toolCall('between')).toBe(true)
+
+    expect(await c.start()).toBe(true)
+    const second = c.runId
+    expect(second).toMatch(UUID_V4)
+    expect(second).not.toBe(first)
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    expect(await c.end()).toBe(true)
+
+    expect(shape(await storedEvents(id))).toEqual([
+      ['before', null],
+      ['agent_start', first],
+      ['llm_call', first],
+      ['search', first],
+      ['llm_call', first],
+      ['raw', first],
+      ['llm_call', first],
+      ['agent_end', first],
+      ['between', null],
+      ['agent_start', second],
+      ['llm_call', second],
+      ['agent_end', second],
+    ])
+    // The guarded call's report settled its hold and named the run.
+    expect(wire(p.seen).find((e) => e.hold_id !== undefined)).toMatchObject({ run_id: first })
+    const one = await run(first!)
+    expect(one).toMatchObject({ run_id: first, agent_ids: [id], status: 'ended', llm_calls: 3, tool_calls: 2, event_count: 7 })
+    expect(await run(second!)).toMatchObject({ status: 'ended', llm_calls: 1, event_count: 3 })
+    const runs = await api(server.url, 'GET', `/agents/${encodeURIComponent(id)}/runs`, key)
+    expect(runs.body.runs.map((r: { run_id: string; status: string }) => [r.run_id, r.status])).toEqual([
+      [second, 'ended'],
+      [first, 'ended'],
+    ])
+    expect(errors).toEqual([])
+  })
+
+  it('buffered: the queued events carry the run they were queued in, also when the batch leaves after the next start()', async () => {
+    const id = agentName('buffered')
+    const p = await proxy()
+    const { c, errors } = make(id, { baseUrl: p.url, buffer: { maxAgeMs: NEVER } })
+    await c.toolCall('before')
+    await c.start()
+    const first = c.runId!
+    await c.toolCall('search')
+    await c.llmCall('gpt-4o', CALL, { buffered: true })
+    // Posted at once, ahead of the queued events: the same run.
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(true)
+    // A start() without end(): a new run; the events queued before it keep theirs.
+    await c.start()
+    const second = c.runId!
+    expect(second).not.toBe(first)
+    await c.toolCall('fetch')
+    expect(p.seen.filter((s) => s.path === '/events/batch')).toHaveLength(0)
+    expect(await c.end()).toBe(true)
+    expect(c.runId).toBeNull()
+    await c.toolCall('after')
+    expect(await c.flush()).toBe(true)
+
+    const sent = wire(p.seen)
+    expect(sent.map((e) => [e.tool_name ?? e.event_type, e.run_id ?? null])).toEqual([
+      ['llm_call', first],
+      ['before', null],
+      ['agent_start', first],
+      ['search', first],
+      ['llm_call', first],
+      ['agent_start', second],
+      ['fetch', second],
+      ['agent_end', second],
+      ['after', null],
+    ])
+    expect(await run(first)).toMatchObject({ status: 'open', llm_calls: 2, tool_calls: 1, event_count: 4 })
+    expect(await run(second)).toMatchObject({ status: 'ended', tool_calls: 1, event_count: 3 })
+    expect(errors).toEqual([])
+  })
+
+  it('takes the run id given to start(); an event that names its own run keeps it; an invalid one is a TypeError and starts nothing', async () => {
+    const id = agentName('given')
+    const { c, errors } = make(id)
+    const mine = `nightly-${randomUUID().slice(0, 8)}`
+    const other = `handed-over-${randomUUID().slice(0, 8)}`
+    expect(await c.start({ task: 'nightly' }, { runId: mine })).toBe(true)
+    expect(c.runId).toBe(mine)
+    expect(await c.toolCall('own', undefined, { runId: other })).toBe(true)
+    expect(await c.llmCall('gpt-4o', CALL, { runId: other })).toBe(true)
+    expect(await c.send({ event_type: 'tool_call', tool_name: 'raw', run_id: other })).toBe(true)
+    expect(await c.toolCall('search')).toBe(true)
+
+    await expect(c.start(undefined, { runId: '' })).rejects.toThrow(TypeError)
+    await expect(c.toolCall('bad', undefined, { runId: 'x'.repeat(129) })).rejects.toThrow(TypeError)
+    await expect(c.send({ event_type: 'tool_call', tool_name: 'bad', run_id: 'tab\there' })).rejects.toThrow(TypeError)
+    expect(c.runId).toBe(mine)
+    expect(await c.end()).toBe(true)
+
+    expect(shape(await storedEvents(id))).toEqual([
+      ['agent_start', mine],
+      ['own', other],
+      ['llm_call', other],
+      ['raw', other],
+      ['search', mine],
+      ['agent_end', mine],
+    ])
+    expect(errors).toEqual([])
+  })
+})
