@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Dict, List, Mapping,
 from . import usage as _usage
 from ._buffer import Buffer
 from ._periods import Period, PeriodBudget
-from .client import Burnrate, FailMode, Guard, OnAlert, OnError, _hold_body
+from .client import Burnrate, FailMode, Guard, OnAlert, OnError, _hold_body, _with_run
 
 if TYPE_CHECKING:  # typing_extensions for Python 3.9, read by type checkers only (no runtime dependency)
     from typing_extensions import Concatenate, ParamSpec
@@ -117,6 +117,10 @@ class AsyncBurnrate:
         return self._client.periods
 
     @property
+    def run_id(self) -> Optional[str]:
+        return self._client.run_id
+
+    @property
     def buffer(self) -> Optional[Buffer]:
         return self._client.buffer
 
@@ -133,13 +137,16 @@ class AsyncBurnrate:
 
     async def send(self, event: Mapping[str, Any], *, buffered: Optional[bool] = None) -> bool:
         """Burnrate.send; a buffered event is queued here, in the loop's thread, without I/O."""
+        return await self._submit(self._client._in_run(event), buffered)
+
+    async def _submit(self, event: Mapping[str, Any], buffered: Optional[bool]) -> bool:
+        """send() of an event that has its run already (given in the loop's thread, in call order)."""
         queued = self._client._buffer(event, buffered)
         if queued is not None:
             return queued
-        self._client._event_body(event)  # a programming error raises, paused or not
         if self._client.paused:  # answer without a thread hop once stopped
             return False
-        return await asyncio.to_thread(self._client.send, event, buffered=False)
+        return await asyncio.to_thread(self._client._submit, event, False)
 
     async def llm_call(
         self,
@@ -157,24 +164,35 @@ class AsyncBurnrate:
             buffered=buffered,
         )
 
-    async def tool_call(self, tool_name: str, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
-        return await self.send(_usage.tool_call_event(tool_name, metadata), buffered=buffered)
+    async def tool_call(
+        self,
+        tool_name: str,
+        metadata: Optional[Mapping[str, Any]] = None,
+        *,
+        buffered: Optional[bool] = None,
+        run_id: Optional[str] = None,
+    ) -> bool:
+        return await self.send(_with_run(_usage.tool_call_event(tool_name, metadata), run_id), buffered=buffered)
 
-    async def start(self, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
-        return await self.send(_usage.start_event(metadata), buffered=buffered)
+    async def start(
+        self, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None, run_id: Optional[str] = None
+    ) -> bool:
+        """Burnrate.start: begins a run (``run_id``, else a new UUID)."""
+        return await self.send(_with_run(_usage.start_event(metadata), run_id), buffered=buffered)
 
     async def end(self, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
-        """Burnrate.end: with the buffer on, agent_end is queued and the buffer flushed."""
-        event = _usage.end_event(metadata)
+        """Burnrate.end: the current run's last event; with the buffer on, agent_end is queued
+        and the buffer flushed."""
         client, batcher = self._client, self._client._batcher
+        event = client._in_run(_usage.end_event(metadata))
         if batcher is None or batcher.closed:
-            return await self.send(event, buffered=False)
+            return await self._submit(event, False)
         if buffered is False:
             await self.flush()
-            return await self.send(event, buffered=False)
+            return await self._submit(event, False)
         queued = client._buffer(event, True)
         if queued is None:  # closed meanwhile
-            return await self.send(event, buffered=False)
+            return await self._submit(event, False)
         delivered = await self.flush()
         if client.paused:
             return False

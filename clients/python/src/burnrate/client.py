@@ -61,6 +61,13 @@ def _number(name: str, value: Any, *, positive: bool = False) -> float:
     return float(value)
 
 
+def _client_id(name: str, value: Any) -> str:
+    """An agent_id or run_id as the server takes it: 1-128 characters, no control characters."""
+    if not isinstance(value, str) or not 1 <= len(value) <= 128 or _CONTROL.search(value):
+        raise ValueError("%s must be 1 to 128 characters without control characters, got %r" % (name, value))
+    return value
+
+
 def _tokens(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS:
         raise ValueError("%s must be an integer from 0 to %d, got %r" % (name, MAX_TOKENS, value))
@@ -122,8 +129,7 @@ class Burnrate:
             raise ValueError("base_url must be an http:// or https:// URL, got %r" % base_url)
         if not isinstance(api_key, str) or not api_key:
             raise ValueError("api_key must be a non-empty string")
-        if not isinstance(agent_id, str) or not 1 <= len(agent_id) <= 128 or _CONTROL.search(agent_id):
-            raise ValueError("agent_id must be 1 to 128 characters without control characters, got %r" % (agent_id,))
+        _client_id("agent_id", agent_id)
         if cost_threshold_usd is not None:
             cost_threshold_usd = _number("cost_threshold_usd", cost_threshold_usd)
             if cost_threshold_usd > MAX_THRESHOLD_USD:
@@ -191,6 +197,8 @@ class Burnrate:
         self._paused_reason: Optional[str] = None
         self._paused_period: Optional[str] = None
         self._ignoring_pause = False
+        # The current run: set by an agent_start, cleared by an agent_end (under _lock).
+        self._run_id: Optional[str] = None
         self._last_response: Optional[Dict[str, Any]] = None
         self._config_pending = self._config is not None
         self._config_failed = False  # its last attempt failed: fail_mode="closed" stops
@@ -266,6 +274,13 @@ class Burnrate:
         return None if last is None else periods_of(last.get("periods"))
 
     @property
+    def run_id(self) -> Optional[str]:
+        """The current run's id: the one ``start()`` made (a random UUID) or was given
+        (``run_id=``), until ``end()``; None outside a run. Every event sent meanwhile carries it."""
+        with self._lock:
+            return self._run_id
+
+    @property
     def buffer(self) -> Optional[Buffer]:
         """The buffered mode's options; None when it is off."""
         return None if self._batcher is None else self._batcher.options
@@ -285,9 +300,32 @@ class Burnrate:
 
         With the buffer on, ``buffered`` says whether the event is queued (True) or sent at
         once (False); None: tool_call, agent_start and agent_end are queued, llm_call is sent
-        at once. Without a buffer every event is sent at once."""
+        at once. Without a buffer every event is sent at once.
+
+        The event carries the current run's ``run_id`` unless it names one; an agent_start or
+        agent_end sent here begins or ends a run as ``start()`` and ``end()`` do."""
+        return self._submit(self._in_run(event), buffered)
+
+    def _submit(self, event: Mapping[str, Any], buffered: Optional[bool]) -> bool:
+        """send() of an event that has its run already."""
         queued = self._buffer(event, buffered)
         return self._send(event)[0] if queued is None else queued
+
+    def _in_run(self, event: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The event with its run: an agent_start begins a new one (named by its own run_id,
+        else a new UUID), an agent_end is the current run's last event; any other event carries
+        the current run's id unless it names a run itself. Once per event, where it enters the
+        client: the run it gets is the one current when it was sent, however late it leaves."""
+        self._event_body(event)  # a programming error raises before a run begins or ends
+        kind, own = event.get("event_type"), event.get("run_id")
+        with self._lock:
+            if kind == "agent_start":
+                self._run_id = run_id = own if own is not None else str(uuid.uuid4())
+            else:
+                run_id = own if own is not None else self._run_id
+                if kind == "agent_end":
+                    self._run_id = None
+        return event if run_id is None or own is not None else dict(event, run_id=run_id)
 
     def _buffer(self, event: Mapping[str, Any], buffered: Optional[bool]) -> Optional[bool]:
         """Queue the event if it is for the buffer: what send() returns for it, without waiting
@@ -357,6 +395,10 @@ class Burnrate:
             raise ValueError("event agent_id %r differs from the client's %r" % (event["agent_id"], self._agent_id))
         body = dict(event)
         body["agent_id"] = self._agent_id
+        if body.get("run_id", False) is None:
+            del body["run_id"]  # None: no run of its own
+        elif "run_id" in body:
+            _client_id("run_id", body["run_id"])
         hold_id = body.pop("hold_id", None)  # None: no hold (a guard that could not get one)
         if hold_id is not None:
             if not isinstance(hold_id, str) or not _UUID.match(hold_id):
@@ -385,25 +427,40 @@ class Burnrate:
             buffered=buffered,
         )
 
-    def tool_call(self, tool_name: str, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
-        return self.send(_usage.tool_call_event(tool_name, metadata), buffered=buffered)
+    def tool_call(
+        self,
+        tool_name: str,
+        metadata: Optional[Mapping[str, Any]] = None,
+        *,
+        buffered: Optional[bool] = None,
+        run_id: Optional[str] = None,
+    ) -> bool:
+        """Send a tool_call; ``run_id``: a run of its own instead of the current one."""
+        return self.send(_with_run(_usage.tool_call_event(tool_name, metadata), run_id), buffered=buffered)
 
-    def start(self, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
-        return self.send(_usage.start_event(metadata), buffered=buffered)
+    def start(
+        self, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None, run_id: Optional[str] = None
+    ) -> bool:
+        """Send agent_start, which begins a run: its id is ``run_id`` when given, else a new
+        random UUID, and every event after it carries it until ``end()`` (see ``run_id``). A
+        start() without an end() before it begins a new run all the same."""
+        return self.send(_with_run(_usage.start_event(metadata), run_id), buffered=buffered)
 
     def end(self, metadata: Optional[Mapping[str, Any]] = None, *, buffered: Optional[bool] = None) -> bool:
-        """Send agent_end. With the buffer on it is queued behind the others and the buffer is
-        flushed: this returns once burnrate answered them (or could not be reached)."""
-        event = _usage.end_event(metadata)
+        """Send agent_end, the last event of the current run: it carries the run's id, and the
+        events after it carry none until the next ``start()``. With the buffer on it is queued
+        behind the others and the buffer is flushed: this returns once burnrate answered them
+        (or could not be reached)."""
+        event = self._in_run(_usage.end_event(metadata))
         batcher = self._batcher
         if batcher is None or batcher.closed:
-            return self.send(event, buffered=False)
+            return self._submit(event, False)
         if buffered is False:
             batcher.flush()
-            return self.send(event, buffered=False)
+            return self._submit(event, False)
         queued = self._buffer(event, True)
         if queued is None:  # closed meanwhile
-            return self.send(event, buffered=False)
+            return self._submit(event, False)
         delivered = batcher.flush()
         if self.paused:
             return False
@@ -597,6 +654,12 @@ class Burnrate:
             logger.exception("burnrate: the on_error callback raised")
 
 
+def _with_run(event: Dict[str, Any], run_id: Optional[str]) -> Dict[str, Any]:
+    if run_id is not None:
+        event["run_id"] = run_id
+    return event
+
+
 def _hold_body(agent_id: str, model: str, input_tokens: int, max_output_tokens: int, ttl_seconds: Optional[int]) -> Dict[str, Any]:
     """The body of POST /holds, checked as the server would: a bad value is a programming error."""
     if not isinstance(model, str) or not 1 <= len(model) <= MAX_MODEL:
@@ -635,8 +698,9 @@ class Guard:
     - Report the call with the guard's ``llm_call``, ``from_openai_chat``,
       ``from_openai_responses``, ``from_anthropic`` or ``from_usage``: they send the llm_call
       with ``hold_id``, and burnrate releases the hold and counts the real cost in one step
-      (once, even when the event is retried). They return what ``send`` returns; on a refused
-      guard they raise RuntimeError (no call may be reported under it).
+      (once, even when the event is retried), in the run the guard was entered in
+      (``run_id``). They return what ``send`` returns; on a refused guard they raise
+      RuntimeError (no call may be reported under it).
     - On exit, a hold no acknowledged report settled (the body raised, returned without
       reporting, or its report did not reach burnrate) is released with DELETE /holds/{id}.
       Errors of that go to ``on_error``, never raised; an exception of the body propagates.
@@ -654,6 +718,7 @@ class Guard:
     paused_reason: Optional[str]
     paused_period: Optional[str]
     expires_at: Optional[datetime]
+    run_id: Optional[str]
 
     def __init__(self, client: Burnrate, body: Dict[str, Any]) -> None:
         self._client = client
@@ -671,6 +736,7 @@ class Guard:
         self.paused_reason = None
         self.paused_period = None
         self.expires_at = None
+        self.run_id = None
         # _lock guards whether the guard was entered and whether a report settled its hold.
         self._lock = threading.Lock()
         self._entered = False
@@ -739,10 +805,12 @@ class Guard:
         if "buffered" in extra:
             # Its hold is settled by the answer, which the guard waits for.
             raise TypeError("a guard's report is sent at once: buffered is for the client's own calls")
+        if self.run_id is not None and extra.get("run_id") is None:
+            extra = dict(extra, run_id=self.run_id)  # its run, whatever start() or end() happened meanwhile
         return extra if self.hold_id is None else dict(extra, hold_id=self.hold_id)
 
     def _send(self, event: Mapping[str, Any]) -> bool:
-        go_on, acknowledged = self._client._send(event)
+        go_on, acknowledged = self._client._send(self._client._in_run(event))
         if acknowledged:
             with self._lock:
                 self._settled = True
@@ -754,6 +822,7 @@ class Guard:
     def _acquire(self) -> None:
         """POST /holds for the client's agent; the outcome in the guard's attributes."""
         client = self._client
+        self.run_id = client.run_id
         if client.paused:
             self._refuse("paused", client.paused_reason, client.paused_period)  # a paused client sends nothing more
             return
