@@ -388,9 +388,9 @@ export class Burnrate {
    * not run it. Rejects with a TypeError for an invalid call, and with what `fn` throws.
    */
   async guard<T>(call: GuardCall, fn: (hold: Hold) => T | Promise<T>): Promise<GuardResult<T>> {
-    const body = buildHoldBody(this.agent, call)
-    if (typeof fn !== 'function') throw new TypeError('burnrate: guard needs the function that makes the call')
     const runId = this.run
+    const body = buildHoldBody(this.agent, call, runId)
+    if (typeof fn !== 'function') throw new TypeError('burnrate: guard needs the function that makes the call')
     if (this.isPaused) return refused('paused', this.reason, this.period)
     // The hold is judged against the budget this client sets: configure it first.
     const configured = await this.configure()

@@ -116,11 +116,13 @@ export interface HoldBody {
   max_output_tokens: number
   /** The client's own id, sent on every retry: a retry whose first answer was lost is the same hold. */
   hold_id: string
+  /** The run the call belongs to: with a run budget, burnrate holds the worst case against it too. */
+  run_id?: string
   ttl_seconds?: number
 }
 
-/** The POST /holds body of guard()'s `call` for `agentId`. Throws a TypeError for a call the server would refuse with 400. */
-export function buildHoldBody(agentId: string, call: GuardCall): HoldBody {
+/** The POST /holds body of guard()'s `call` for `agentId`, in run `runId` (null: none). Throws a TypeError for a call the server would refuse with 400. */
+export function buildHoldBody(agentId: string, call: GuardCall, runId: string | null): HoldBody {
   if (typeof call !== 'object' || call === null || Array.isArray(call)) throw new TypeError('burnrate: guard needs { model, inputTokens, maxOutputTokens, ttlSeconds? }')
   for (const key of Object.keys(call)) {
     if (!GUARD_FIELDS.has(key)) throw new TypeError(`burnrate: unknown guard field ${JSON.stringify(key)}`)
@@ -132,6 +134,7 @@ export function buildHoldBody(agentId: string, call: GuardCall): HoldBody {
     max_output_tokens: checkTokens(call.maxOutputTokens, 'maxOutputTokens'),
     hold_id: randomUuid(),
   }
+  if (runId !== null) body.run_id = runId
   if (call.ttlSeconds !== undefined) {
     const ttl = call.ttlSeconds
     if (typeof ttl !== 'number' || !Number.isInteger(ttl) || ttl < 1 || ttl > MAX_HOLD_TTL_SECONDS) {

@@ -123,7 +123,8 @@ describe('run ids', () => {
       ['llm_call', second],
       ['agent_end', second],
     ])
-    // The guarded call's report settled its hold and named the run.
+    // The guarded call's hold and its report, which settled it, named the run.
+    expect(p.seen.filter((s) => s.path === '/holds').map((s) => [s.body.run_id, s.status])).toEqual([[first, 200]])
     expect(wire(p.seen).find((e) => e.hold_id !== undefined)).toMatchObject({ run_id: first })
     const one = await run(first!)
     expect(one).toMatchObject({ run_id: first, agent_ids: [id], status: 'ended', llm_calls: 3, tool_calls: 2, event_count: 7 })
