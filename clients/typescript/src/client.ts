@@ -31,6 +31,12 @@ export interface BurnrateOptions {
    * pausedReason 'period_budget'.
    */
   periodBudgets?: PeriodBudget[]
+  /**
+   * What one run (start() to end()) may cost, USD, more than 0 and at most 1 000 000 (sent with
+   * POST /config): the event that takes a run's cost over it stops that run, not the agent
+   * (see `runStopped`).
+   */
+  runBudgetUsd?: number
   /** Told once per crossing of an alert level, with the answer that reported it. An exception it throws goes to onError's logger, not to send(). */
   onAlert?: (alert: AlertInfo) => void
   /** Per attempt, until the whole answer is read. Default 10 000. */
@@ -94,7 +100,9 @@ function positive(v: number | undefined, name: string, fallback: number, allowZe
 /**
  * The burnrate client of one agent. send() posts one event and tells whether the agent may
  * go on; once burnrate answers paused = true, send() returns false without sending anything
- * until refresh() or waitUntilResumed() sees the agent resumed.
+ * until refresh() or waitUntilResumed() sees the agent resumed. An answer that the current run
+ * went over its run budget stops that run only (`runStopped`): its events are not sent, until
+ * end() closes it.
  *
  * Network and server failures never throw: they go to `onError` (or console.warn) and
  * send() returns per the fail mode. Invalid arguments (a programming error) do throw a
@@ -126,6 +134,9 @@ export class Burnrate {
   private batchless = false
   /** The current run's id: set by an agent_start, cleared by an agent_end; null outside a run. */
   private run: string | null = null
+  /** The run burnrate stopped (its run budget spent), and why; cleared when a run begins or ends. */
+  private stoppedRun: string | null = null
+  private stoppedReason: string | null = null
 
   constructor(options: BurnrateOptions) {
     if (typeof options !== 'object' || options === null) throw new TypeError('burnrate: new Burnrate(options) needs an options object')
@@ -183,6 +194,13 @@ export class Burnrate {
       config.alert_at = [...levels]
     }
     if (options.periodBudgets !== undefined) config.period_budgets = periodBudgetsBody(options.periodBudgets)
+    if (options.runBudgetUsd !== undefined) {
+      const b = options.runBudgetUsd
+      if (typeof b !== 'number' || !Number.isFinite(b) || b <= 0 || b > 1_000_000) {
+        throw new TypeError('burnrate: runBudgetUsd must be a number more than 0 and at most 1000000')
+      }
+      config.run_budget_usd = b
+    }
     this.pendingConfig = Object.keys(config).length > 0 ? { agent_id: this.agent, ...config } : null
     const buffer = bufferSettings(options.buffer)
     this.buffer = buffer === null ? null : new EventBuffer(buffer, this.policy, (events) => this.deliver(events), (error) => this.report(error))
@@ -256,6 +274,22 @@ export class Burnrate {
     return this.run
   }
 
+  /**
+   * True once burnrate said the current run went over its run budget (`runBudgetUsd`): the
+   * run is stopped, not the agent. Until end(), the run's calls resolve false without sending
+   * and guard() refuses with reason 'run_budget'; end() still sends the run's agent_end and
+   * clears it, and the next start() runs normally. `paused` stays false (unless the agent itself
+   * is paused), and refresh() neither sees nor clears it.
+   */
+  get runStopped(): boolean {
+    return this.run !== null && this.stoppedRun === this.run
+  }
+
+  /** Why the current run is stopped, as burnrate said: 'run_budget'; null while it runs (or outside a run). */
+  get runStoppedReason(): string | null {
+    return this.runStopped ? this.stoppedReason : null
+  }
+
   /** Buffered mode: the events queued or in flight, not yet answered by burnrate. 0 without a buffer. */
   get pendingEvents(): number {
     return this.buffer?.size ?? 0
@@ -277,9 +311,9 @@ export class Burnrate {
 
   /** Posts one event's body now; for a guarded call, `settled` turns true once burnrate acknowledged it. */
   private async post(body: EventBody, hold?: HoldState): Promise<boolean> {
-    if (this.isPaused) return false
+    if (this.heldBack(body)) return false
     const configured = await this.configure()
-    if (this.isPaused) return false
+    if (this.heldBack(body)) return false
     let delivered = false
     try {
       const answer = await this.request({ operation: 'event', method: 'POST', url: `${this.base}/events`, body, eventId: body.event_id })
@@ -289,11 +323,11 @@ export class Burnrate {
       }
       delivered = true
       if (hold) hold.settled = true
-      this.took(r)
+      this.took(r, body.run_id)
     } catch (err) {
       this.report(err)
     }
-    if (this.isPaused) return false
+    if (this.heldBack(body)) return false
     if (!delivered || !configured) return this.failMode === 'open'
     return true
   }
@@ -392,9 +426,11 @@ export class Burnrate {
     const body = buildHoldBody(this.agent, call, runId)
     if (typeof fn !== 'function') throw new TypeError('burnrate: guard needs the function that makes the call')
     if (this.isPaused) return refused('paused', this.reason, this.period)
+    if (this.stops(runId)) return refused('run_budget', this.stoppedReason, null)
     // The hold is judged against the budget this client sets: configure it first.
     const configured = await this.configure()
     if (this.isPaused) return refused('paused', this.reason, this.period)
+    if (this.stops(runId)) return refused('run_budget', this.stoppedReason, null)
     // Closed, a budget that could not be set cannot be checked either (as in send()).
     const answer = configured || this.failMode === 'open' ? await this.askHold(body) : undefined
     if (answer === undefined && this.failMode === 'closed') return refused('unreachable', null, null)
@@ -404,6 +440,8 @@ export class Burnrate {
         this.isPaused = true
         this.reason = answer.paused_reason
         this.period = pausedPeriod
+      } else if (answer.paused && answer.paused_reason === 'run_budget') {
+        this.stop(runId, answer.paused_reason)
       }
       return refused(answer.reason as GuardRefusalReason, answer.paused_reason, pausedPeriod, answer)
     }
@@ -556,7 +594,7 @@ export class Burnrate {
     if (hold !== undefined) event = { run_id: hold.runId ?? undefined, ...event, ...(hold.id === null ? {} : { hold_id: hold.id }) }
     const body = this.inRun(buildEventBody(this.agent, event))
     if (hold === undefined && this.buffer !== null && !this.buffer.closed && (buffered ?? body.event_type !== 'llm_call')) {
-      if (this.isPaused) return false
+      if (this.heldBack(body)) return false
       this.buffer.add(body)
       return this.answerNow()
     }
@@ -572,7 +610,25 @@ export class Burnrate {
     if (body.event_type === 'agent_start') this.run = body.run_id ??= randomUuid()
     else if (this.run !== null) body.run_id ??= this.run
     if (body.event_type === 'agent_end') this.run = null
+    if (body.event_type === 'agent_start' || body.event_type === 'agent_end') this.stoppedRun = this.stoppedReason = null
     return body
+  }
+
+  /** Whether `runId` is the current run, and stopped. */
+  private stops(runId: string | null | undefined): boolean {
+    return runId !== null && runId !== undefined && runId === this.run && this.stoppedRun === runId
+  }
+
+  /** Stops the run `runId` if it is still the current one: an answer about an older run (a batch that left late) stops nothing. */
+  private stop(runId: string | null | undefined, reason: string): void {
+    if (runId === null || runId === undefined || runId !== this.run) return
+    this.stoppedRun = runId
+    this.stoppedReason = reason
+  }
+
+  /** An event the client does not send: the agent is paused, or the event is of the current run and that run is stopped. */
+  private heldBack(body: EventBody): boolean {
+    return this.isPaused || this.stops(body.run_id)
   }
 
   /** What a buffered call resolves to, without waiting: false while paused, or (failMode "closed") while the last batch could not be sent. */
@@ -580,10 +636,16 @@ export class Burnrate {
     return !this.isPaused && (this.failMode === 'open' || !this.undelivered)
   }
 
-  /** An event's answer (of POST /events, or in its place in a batch) with its paused flag: the pause, the last answer, the alerts. */
-  private took(r: Record<string, unknown>): void {
+  /**
+   * An event's answer (of POST /events, or in its place in a batch) with its paused flag: the
+   * pause, the last answer, the alerts. `paused_reason` 'run_budget' is about the event's run
+   * (`runId`) only: it stops that run if it is the current one, and never pauses the agent.
+   */
+  private took(r: Record<string, unknown>, runId: string | undefined): void {
     this.last = r as unknown as EventResponse
-    if (r.paused === true) {
+    if (r.paused === true && r.paused_reason === 'run_budget') {
+      this.stop(runId, r.paused_reason)
+    } else if (r.paused === true) {
       this.isPaused = true
       this.reason = typeof r.paused_reason === 'string' ? r.paused_reason : null
       this.period = typeof r.paused_period === 'string' ? r.paused_period : null
@@ -632,7 +694,7 @@ export class Burnrate {
     const requeue: number[] = []
     results.forEach((r, i) => {
       const eventId = events[i]!.event_id
-      if (isObject(r) && r.ok === true && typeof r.paused === 'boolean') return this.took(r)
+      if (isObject(r) && r.ok === true && typeof r.paused === 'boolean') return this.took(r, events[i]!.run_id)
       if (isObject(r) && r.status === 429) return void requeue.push(i)
       const problem = isObject(r) ? (r as Problem) : undefined
       const status = typeof problem?.status === 'number' ? problem.status : undefined
@@ -665,7 +727,7 @@ export class Burnrate {
         if (!isObject(r) || typeof r.paused !== 'boolean') {
           throw new BurnrateError('burnrate POST /events: the answer has no paused flag', { operation: 'event', code: 'invalid_response', status: answer.status, retryable: false, eventId: body.event_id })
         }
-        this.took(r)
+        this.took(r, body.run_id)
       } catch (err) {
         this.report(err)
         // Not sent (after its retries): it and the rest stay queued. Refused (400, 404): dropped.

@@ -172,8 +172,9 @@ export interface EventResponse {
   paused: boolean
   /**
    * Why it is paused: 'budget', 'velocity', 'period_budget' or 'manual' (the agent's own),
-   * 'fleet_budget', 'fleet_velocity', 'fleet_period_budget' or 'fleet_manual' (its user's fleet);
-   * null while it runs. Any pause stops the client.
+   * 'fleet_budget', 'fleet_velocity', 'fleet_period_budget' or 'fleet_manual' (its user's fleet),
+   * each of which pauses the client; 'run_budget': the event's run went over its run budget,
+   * which stops that run only (Burnrate.runStopped); null while it runs.
    */
   paused_reason: string | null
   /** With paused_reason 'period_budget' or 'fleet_period_budget': the period over its limit ("month", "window_30d"); else null. */
@@ -197,8 +198,8 @@ export interface EventResponse {
 export interface HoldResponse {
   ok: true
   allowed: boolean
-  /** null when granted. */
-  reason: 'paused' | 'budget' | 'fleet_budget' | 'period_budget' | 'fleet_period_budget' | null
+  /** null when granted. 'run_budget': the hold's run is stopped (then paused, paused_reason 'run_budget'), or the worst case would take it over its run budget. */
+  reason: 'paused' | 'budget' | 'fleet_budget' | 'period_budget' | 'fleet_period_budget' | 'run_budget' | null
   /** null when refused: nothing is held then. */
   hold_id: string | null
   /** The worst case held; 0 when refused. */
@@ -277,10 +278,11 @@ export interface Hold {
  * Why guard() did not run its function: the agent or its fleet is paused (`paused`), the call's
  * worst case does not fit in what is left of the agent's budget (`budget`) or its fleet's
  * (`fleet_budget`), would take a period of the agent's period budgets over its limit
- * (`period_budget`) or one of its fleet's (`fleet_period_budget`), or burnrate could not be
- * reached with failMode "closed" (`unreachable`).
+ * (`period_budget`) or one of its fleet's (`fleet_period_budget`), the current run is stopped
+ * by its run budget or the worst case would take it over that budget (`run_budget`), or burnrate
+ * could not be reached with failMode "closed" (`unreachable`).
  */
-export type GuardRefusalReason = 'paused' | 'budget' | 'fleet_budget' | 'period_budget' | 'fleet_period_budget' | 'unreachable'
+export type GuardRefusalReason = 'paused' | 'budget' | 'fleet_budget' | 'period_budget' | 'fleet_period_budget' | 'run_budget' | 'unreachable'
 
 /** What guard() resolves to: the function's value, or why it did not run. */
 export type GuardResult<T> =
@@ -293,7 +295,11 @@ export type GuardResult<T> =
   | {
       allowed: false
       reason: GuardRefusalReason
-      /** With reason 'paused': why, as `Burnrate.pausedReason`; else null. */
+      /**
+       * With reason 'paused': why, as `Burnrate.pausedReason`. With reason 'run_budget':
+       * 'run_budget' when the run is stopped (as `Burnrate.runStoppedReason`), null when only
+       * this call's worst case would take it over. Else null.
+       */
       pausedReason: string | null
       /** With reason 'paused' by a period budget: its period, as `Burnrate.pausedPeriod`; else null. */
       pausedPeriod: string | null
