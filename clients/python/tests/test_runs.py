@@ -129,7 +129,8 @@ class RunIdsTest(unittest.TestCase):
                 ("agent_end", second),
             ],
         )
-        # The guard's report settled its hold and named the run.
+        # The guard's hold and its report, which settled it, named the run.
+        self.assertEqual([(s.body["run_id"], s.status) for s in proxy.requests("POST", "/holds")], [(first, 200)])
         reports = [s.body for s in proxy.requests("POST", "/events") if "hold_id" in s.body]
         self.assertEqual([r["run_id"] for r in reports], [first])
         self.assertEqual(

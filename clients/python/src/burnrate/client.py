@@ -683,7 +683,7 @@ class Guard:
     Parallel calls of one agent can each pass a budget check and together overshoot it. On
     enter the guard asks burnrate (POST /holds) to hold the call's worst case (every input
     token and ``max_output_tokens`` of output at the model's prices) against the agent's
-    budget and its fleet's. **A ``with`` cannot skip its body: the body must check**
+    budget and its fleet's, and its run's (the client's current run, ``run_id``). **A ``with`` cannot skip its body: the body must check**
     ``guard.allowed`` **and make the call only when it is True.**
 
     - ``allowed``: the call may be made. ``reason`` says why not: ``"paused"`` (the agent or
@@ -835,8 +835,10 @@ class Guard:
             # Fail-closed goes on only with the budget known to be in place, as send() does.
             self._refuse("unreachable")
             return
+        # The run's budget holds the worst case too, when the agent has one.
+        body = self._body if self.run_id is None else dict(self._body, run_id=self.run_id)
         try:
-            answer = client._transport.request("hold", "POST", "/holds", self._body)
+            answer = client._transport.request("hold", "POST", "/holds", body)
             allowed = answer.get("allowed")
             # Granted: a hold_id the llm_call can carry. Refused: why.
             if not (
