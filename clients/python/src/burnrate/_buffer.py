@@ -17,7 +17,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Optional, Tuple
 
 from ._transport import parse_retry_after
 from .errors import BurnrateError
@@ -76,11 +76,12 @@ class Buffer:
 
 
 class _Entry:
-    __slots__ = ("seq", "event_id", "data", "queued_at")
+    __slots__ = ("seq", "event_id", "run_id", "data", "queued_at")
 
-    def __init__(self, seq: int, event_id: str, data: bytes, queued_at: float) -> None:
+    def __init__(self, seq: int, event_id: str, run_id: Optional[str], data: bytes, queued_at: float) -> None:
         self.seq = seq
         self.event_id = event_id
+        self.run_id = run_id  # its answer is about this run: a run_budget stop of it stops no later run
         self.data = data
         self.queued_at = queued_at
 
@@ -155,7 +156,7 @@ class Batcher:
                 first = self._dropped_full == 1
             else:
                 self._seq += 1
-                self._queue.append(_Entry(self._seq, event_id, data, time.monotonic()))
+                self._queue.append(_Entry(self._seq, event_id, body.get("run_id"), data, time.monotonic()))
                 self._runner.ensure()
                 if len(self._queue) >= self.options.max_events:
                     self._runner.wake()
@@ -245,7 +246,7 @@ class Batcher:
             self._sending.acquire()
         elif not self._sending.acquire(timeout=max(0.0, deadline - time.monotonic())):
             return TIMED_OUT
-        answers: List[Dict[str, Any]] = []
+        answers: List[Tuple[Dict[str, Any], Optional[str]]] = []
         errors: List[BurnrateError] = []
         dropped_full = 0
         try:
@@ -271,13 +272,15 @@ class Batcher:
         finally:
             self._sending.release()
         # The callbacks run with no lock held: one may flush, or send, itself.
-        for answer in answers:
-            self._client._answered(answer)
+        for answer, run_id in answers:
+            self._client._answered(answer, run_id)
         for err in errors:
             self._client._report(err)
         return outcome
 
-    def _send(self, batch: List[_Entry], deadline: Optional[float], answers: List[Dict[str, Any]], errors: List[BurnrateError]) -> str:
+    def _send(
+        self, batch: List[_Entry], deadline: Optional[float], answers: List[Tuple[Dict[str, Any], Optional[str]]], errors: List[BurnrateError]
+    ) -> str:
         client = self._client
         client._ensure_config(deadline)  # the budget goes first, as before an event sent alone
         body = _HEAD + b",".join(e.data for e in batch) + _TAIL
@@ -299,7 +302,7 @@ class Batcher:
             if not isinstance(result, dict):
                 result = {}
             if result.get("ok") is True and isinstance(result.get("paused"), bool):
-                answers.append(result)
+                answers.append((result, entry.run_id))
             elif result.get("ok") is False and result.get("status") == 429:
                 again.append(entry)  # past the key's budget of events: it stays queued
             else:

@@ -48,6 +48,7 @@ class AsyncBurnrate:
         slack_webhook_url: Optional[str] = None,
         alert_at: Optional[Sequence[float]] = None,
         period_budgets: Optional[Sequence[PeriodBudget]] = None,
+        run_budget_usd: Optional[float] = None,
         timeout: float = 10.0,
         max_retries: int = 3,
         fail_mode: FailMode = "open",
@@ -65,6 +66,7 @@ class AsyncBurnrate:
             slack_webhook_url=slack_webhook_url,
             alert_at=alert_at,
             period_budgets=period_budgets,
+            run_budget_usd=run_budget_usd,
             timeout=timeout,
             max_retries=max_retries,
             fail_mode=fail_mode,
@@ -121,6 +123,14 @@ class AsyncBurnrate:
         return self._client.run_id
 
     @property
+    def run_stopped(self) -> bool:
+        return self._client.run_stopped
+
+    @property
+    def run_stopped_reason(self) -> Optional[str]:
+        return self._client.run_stopped_reason
+
+    @property
     def buffer(self) -> Optional[Buffer]:
         return self._client.buffer
 
@@ -144,7 +154,7 @@ class AsyncBurnrate:
         queued = self._client._buffer(event, buffered)
         if queued is not None:
             return queued
-        if self._client.paused:  # answer without a thread hop once stopped
+        if self._client._held_back(event):  # answer without a thread hop once stopped
             return False
         return await asyncio.to_thread(self._client._submit, event, False)
 
@@ -343,7 +353,8 @@ class AsyncGuard:
         return "Async" + repr(self._guard)
 
     async def __aenter__(self) -> AsyncGuard:
-        if self._guard._client.paused:  # refused without a request: no thread hop
+        client = self._guard._client
+        if client.paused or client.run_stopped:  # refused without a request: no thread hop
             self._guard.__enter__()
         else:
             await asyncio.to_thread(self._guard.__enter__)

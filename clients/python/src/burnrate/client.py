@@ -88,7 +88,9 @@ class Burnrate:
 
     ``send`` returns True while the agent may go on and False once burnrate paused it;
     after that it sends nothing until ``refresh`` (or ``wait_until_resumed``) finds the
-    agent resumed. Failures to reach burnrate never raise out of ``send``: with
+    agent resumed. An answer that the current run went over its run budget stops that run
+    only (``run_stopped``): its events are not sent, until ``end()`` closes it. Failures to
+    reach burnrate never raise out of ``send``: with
     ``fail_mode="open"`` (the default) it returns True and reports the error to
     ``on_error`` (default: a warning on the ``burnrate`` logger); with ``"closed"`` it
     returns False.
@@ -113,6 +115,7 @@ class Burnrate:
         slack_webhook_url: Optional[str] = None,
         alert_at: Optional[Sequence[float]] = None,
         period_budgets: Optional[Sequence[PeriodBudget]] = None,
+        run_budget_usd: Optional[float] = None,
         timeout: float = 10.0,
         max_retries: int = 3,
         fail_mode: FailMode = "open",
@@ -134,6 +137,10 @@ class Burnrate:
             cost_threshold_usd = _number("cost_threshold_usd", cost_threshold_usd)
             if cost_threshold_usd > MAX_THRESHOLD_USD:
                 raise ValueError("cost_threshold_usd must be at most %d, got %r" % (MAX_THRESHOLD_USD, cost_threshold_usd))
+        if run_budget_usd is not None:
+            run_budget_usd = _number("run_budget_usd", run_budget_usd, positive=True)
+            if run_budget_usd > MAX_THRESHOLD_USD:
+                raise ValueError("run_budget_usd must be at most %d, got %r" % (MAX_THRESHOLD_USD, run_budget_usd))
         if slack_webhook_url is not None and (
             not isinstance(slack_webhook_url, str) or not 1 <= len(slack_webhook_url) <= MAX_WEBHOOK_URL
         ):
@@ -178,7 +185,7 @@ class Burnrate:
             retry_max_delay=_number("retry_max_delay", retry_max_delay),
         )
         self._config: Optional[Dict[str, Any]] = None
-        if cost_threshold_usd is not None or slack_webhook_url is not None or alert_at is not None or period_budgets_wire is not None:
+        if any(x is not None for x in (cost_threshold_usd, slack_webhook_url, alert_at, period_budgets_wire, run_budget_usd)):
             self._config = {"agent_id": agent_id}
             if cost_threshold_usd is not None:
                 self._config["cost_threshold_usd"] = cost_threshold_usd
@@ -188,6 +195,8 @@ class Burnrate:
                 self._config["alert_at"] = alert_at
             if period_budgets_wire is not None:
                 self._config["period_budgets"] = period_budgets_wire
+            if run_budget_usd is not None:
+                self._config["run_budget_usd"] = run_budget_usd
 
         # _lock guards the paused flag and whether the config is still to be sent;
         # _config_lock lets one thread at a time send the config (POST /config is once).
@@ -197,8 +206,11 @@ class Burnrate:
         self._paused_reason: Optional[str] = None
         self._paused_period: Optional[str] = None
         self._ignoring_pause = False
-        # The current run: set by an agent_start, cleared by an agent_end (under _lock).
+        # The current run: set by an agent_start, cleared by an agent_end (under _lock); the run
+        # burnrate stopped (its run budget spent) and why, cleared when a run begins or ends.
         self._run_id: Optional[str] = None
+        self._stopped_run: Optional[str] = None
+        self._stopped_reason: Optional[str] = None
         self._last_response: Optional[Dict[str, Any]] = None
         self._config_pending = self._config is not None
         self._config_failed = False  # its last attempt failed: fail_mode="closed" stops
@@ -281,6 +293,23 @@ class Burnrate:
             return self._run_id
 
     @property
+    def run_stopped(self) -> bool:
+        """True once burnrate said the current run went over its run budget (``run_budget_usd``):
+        the run is stopped, not the agent. Until ``end()`` the run's calls return False without
+        sending and a guard is refused with reason "run_budget"; ``end()`` still sends the run's
+        agent_end and clears it, and the next ``start()`` runs normally. ``paused`` stays False
+        (unless the agent itself is paused), and ``refresh()`` neither sees nor clears it."""
+        with self._lock:
+            return self._run_id is not None and self._stopped_run == self._run_id
+
+    @property
+    def run_stopped_reason(self) -> Optional[str]:
+        """Why the current run is stopped, as burnrate said: "run_budget"; None while it runs (or
+        outside a run)."""
+        with self._lock:
+            return self._stopped_reason if self._run_id is not None and self._stopped_run == self._run_id else None
+
+    @property
     def buffer(self) -> Optional[Buffer]:
         """The buffered mode's options; None when it is off."""
         return None if self._batcher is None else self._batcher.options
@@ -325,6 +354,8 @@ class Burnrate:
                 run_id = own if own is not None else self._run_id
                 if kind == "agent_end":
                     self._run_id = None
+            if kind in ("agent_start", "agent_end"):
+                self._stopped_run = self._stopped_reason = None
         return event if run_id is None or own is not None else dict(event, run_id=run_id)
 
     def _buffer(self, event: Mapping[str, Any], buffered: Optional[bool]) -> Optional[bool]:
@@ -336,8 +367,8 @@ class Burnrate:
         body = self._event_body(event)  # a programming error raises, paused or not
         if buffered is None and body.get("event_type") not in _BUFFERED_TYPES:
             return None
-        if self.paused:
-            return False  # After paused = true the client sends nothing more.
+        if self._held_back(body):
+            return False  # After paused = true the client sends nothing more; nor for a stopped run.
         if body.get("event_id") is None:
             # Its id from the start: a batch sent again counts it once.
             body["event_id"] = str(uuid.uuid4())
@@ -355,15 +386,15 @@ class Burnrate:
         """send(), and whether burnrate acknowledged the event: a guard whose report was not
         acknowledged cannot know its hold settled, so it releases it."""
         body = self._event_body(event)
-        if self.paused:
-            return False, False  # After paused = true the client sends nothing more.
+        if self._held_back(body):
+            return False, False  # After paused = true the client sends nothing more; nor for a stopped run.
 
         if body.get("event_id") is None:
             # One id per event, kept across its retries: the server counts a repeat once.
             body["event_id"] = str(uuid.uuid4())
 
         config_ok = self._ensure_config()
-        if self.paused:
+        if self._held_back(body):
             return False, False  # another thread learnt it while this one sent the config
         event_id = str(body["event_id"])
         try:
@@ -379,8 +410,10 @@ class Burnrate:
         except BurnrateError as err:
             self._report(err)
             return self._fail_mode == "open", False
-        self._answered(answer)
-        if answer["paused"]:
+        self._answered(answer, body.get("run_id"))
+        # Its own answer decides: paused (the agent, whatever other threads heard meanwhile), or
+        # its run stopped, if that is still the current run.
+        if answer["paused"] and (answer.get("paused_reason") != "run_budget" or self._stops(body.get("run_id"))):
             return False, True
         # Fail-closed means: go on only with the budget known to be in place.
         return config_ok or self._fail_mode == "open", True
@@ -621,10 +654,20 @@ class Burnrate:
         with self._lock:
             return delivered and not self._config_failed
 
-    def _answered(self, answer: Dict[str, Any]) -> None:
-        """An event's answer (POST /events, or its place in a batch): kept, its pause learnt,
-        the alert levels it crossed told."""
-        self._learn(answer, event=True)
+    def _held_back(self, event: Mapping[str, Any]) -> bool:
+        """Whether the client does not send this event: the agent is paused, or the event is of
+        the current run and burnrate stopped that run."""
+        return self.paused or self._stops(event.get("run_id"))
+
+    def _stops(self, run_id: Optional[str]) -> bool:
+        """Whether ``run_id`` is the current run, and burnrate stopped it."""
+        with self._lock:
+            return run_id is not None and run_id == self._run_id and run_id == self._stopped_run
+
+    def _answered(self, answer: Dict[str, Any], run_id: Optional[str]) -> None:
+        """An event's answer (POST /events, or its place in a batch; ``run_id``: the event's
+        run): kept, its pause learnt, the alert levels it crossed told."""
+        self._learn(answer, event=True, run_id=run_id)
         alerts = answer.get("alerts")
         if self._on_alert is not None and isinstance(alerts, list) and alerts:
             try:
@@ -632,13 +675,19 @@ class Burnrate:
             except Exception:  # the agent must not crash because its alert callback did
                 logger.exception("burnrate: the on_alert callback raised")
 
-    def _learn(self, answer: Dict[str, Any], *, event: bool) -> None:
-        """Keep what an answer to POST /events (``event``) or POST /holds says, in one step: a
-        paused answer of either stops the client: it sends nothing more."""
+    def _learn(self, answer: Dict[str, Any], *, event: bool, run_id: Optional[str] = None) -> None:
+        """Keep what an answer to POST /events (``event``) or POST /holds about run ``run_id``
+        says, in one step: a paused answer of either stops the client: it sends nothing more.
+        Paused for "run_budget" is about that run only: it stops the run if it is the current
+        one (an answer about an older run, a batch that left late, stops nothing), never the
+        agent."""
         with self._lock:
             if event:
                 self._last_response = answer
-            if answer.get("paused") is True:
+            if answer.get("paused") is True and answer.get("paused_reason") == "run_budget":
+                if run_id is not None and run_id == self._run_id:
+                    self._stopped_run, self._stopped_reason = run_id, "run_budget"
+            elif answer.get("paused") is True:
                 self._paused = True
                 reason, period = answer.get("paused_reason"), answer.get("paused_period")
                 self._paused_reason = reason if isinstance(reason, str) else None
@@ -691,8 +740,10 @@ class Guard:
       already knows it is paused refuses without asking), ``"budget"`` or ``"fleet_budget"``
       (the worst case does not fit; nothing is held), ``"period_budget"`` or
       ``"fleet_period_budget"`` (it would take a period of the agent's or its fleet's period
-      budgets over its limit; nothing is held), or ``"unreachable"`` (burnrate could not be
-      asked, with ``fail_mode="closed"``). None when allowed.
+      budgets over its limit; nothing is held), ``"run_budget"`` (the run is stopped by its run
+      budget, ``paused_reason`` "run_budget", the client's run then stopped too; or the worst
+      case would take the run over it, ``paused_reason`` None), or ``"unreachable"`` (burnrate
+      could not be asked, with ``fail_mode="closed"``). None when allowed.
     - Burnrate unreachable with ``fail_mode="open"``: allowed without a hold (``hold_id``
       None); the error goes to ``on_error`` and the reports are sent without a hold_id.
     - Report the call with the guard's ``llm_call``, ``from_openai_chat``,
@@ -819,17 +870,26 @@ class Guard:
     def _refuse(self, reason: str, paused_reason: Optional[str] = None, paused_period: Optional[str] = None) -> None:
         self.allowed, self.reason, self.paused_reason, self.paused_period = False, reason, paused_reason, paused_period
 
+    def _known_refusal(self) -> bool:
+        """Refuses without asking when the client knows the agent paused or the guard's run stopped."""
+        client = self._client
+        if client.paused:
+            self._refuse("paused", client.paused_reason, client.paused_period)
+            return True
+        if client._stops(self.run_id):
+            self._refuse("run_budget", "run_budget")
+            return True
+        return False
+
     def _acquire(self) -> None:
         """POST /holds for the client's agent; the outcome in the guard's attributes."""
         client = self._client
         self.run_id = client.run_id
-        if client.paused:
-            self._refuse("paused", client.paused_reason, client.paused_period)  # a paused client sends nothing more
+        if self._known_refusal():  # a paused client, or a stopped run, sends nothing more
             return
         # The hold is judged against the budget this client sets: that goes first.
         config_ok = client._ensure_config()
-        if client.paused:
-            self._refuse("paused", client.paused_reason, client.paused_period)  # another thread learnt it meanwhile
+        if self._known_refusal():  # another thread learnt it meanwhile
             return
         if not config_ok and client.fail_mode == "closed":
             # Fail-closed goes on only with the budget known to be in place, as send() does.
@@ -858,7 +918,7 @@ class Guard:
             else:
                 self._refuse("unreachable")
             return
-        client._learn(answer, event=False)
+        client._learn(answer, event=False, run_id=self.run_id)
         self.allowed = allowed
         self.reason = None if allowed else answer["reason"]
         self.hold_id = answer["hold_id"].lower() if allowed else None
