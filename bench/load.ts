@@ -37,16 +37,28 @@ import { fixedRate } from './fixed-rate.ts'
 export const DEFAULT_AGENTS = 1000
 export const DEFAULT_AGENT_PREFIX = 'bench-agent-'
 
+/** Each agent's current run, as its client names it: a new run every RUN_EVENTS events of the agent. */
+const runs = new Map<string, { id: string; left: number }>()
+const RUN_EVENTS = 20
+
+function runOf(agentId: string): string {
+  let run = runs.get(agentId)
+  if (!run || run.left === 0) runs.set(agentId, (run = { id: randomUUID(), left: RUN_EVENTS }))
+  run.left--
+  return run.id
+}
+
 /**
  * gpt-4o at 1000 input and 500 output tokens: 0.0075 USD, the ceiling's constant cost_usd.
- * A fresh event_id every time, as a client sends it, so no two requests are duplicates.
+ * A fresh event_id every time, as a client sends it, so no two requests are duplicates, and
+ * the run_id of the agent's current run, as the clients send it between start() and end().
  */
 export function benchBody(agentId: string, usageObject = false): string {
   const counts = usageObject
     ? // The same call as an OpenAI SDK reports it: priced by the price library.
       { provider: 'openai', api_flavor: 'chat', usage: { prompt_tokens: 1000, completion_tokens: 500, total_tokens: 1500, prompt_tokens_details: { cached_tokens: 0 } } }
     : { input_tokens: 1000, output_tokens: 500 }
-  return JSON.stringify({ agent_id: agentId, event_type: 'llm_call', event_id: randomUUID(), model: 'gpt-4o', ...counts })
+  return JSON.stringify({ agent_id: agentId, event_type: 'llm_call', event_id: randomUUID(), run_id: runOf(agentId), model: 'gpt-4o', ...counts })
 }
 
 /** POST /holds for the call benchBody reports: its worst case, 1000 in and at most 500 out, is 0.0075 USD. */

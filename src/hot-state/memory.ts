@@ -167,22 +167,27 @@ export class MemoryHotState implements HotState {
 
   /**
    * The run `runId` of an agent with a run budget, with its budget (undefined without
-   * either), made when new and moved to the end of the agent's runs (the most recently
-   * counted); runs idle for longer than the idle time leave from the head, two at a time.
+   * either). A new one is made after at most two runs idle for longer than the idle time
+   * leave from the head (runs leave as fast as they come). When it was last seen moves on to
+   * `now` once a minute has passed since, and the run to the end of the agent's runs, so they
+   * stay in that order (as lua/state.lua read_run keeps them, a write a minute).
    */
   #runOf(agent: AgentEntry, runId: string | undefined, now: number): BudgetedRun | undefined {
     const runs = agent.runs
     if (runs === null || runId === undefined) return undefined
-    let i = 0
-    for (const [id, r] of runs) {
-      if (i++ === 2 || r.lastAt > now - this.#runIdleMs) break
-      runs.delete(id)
-    }
     let run = runs.get(runId)
-    if (run) runs.delete(runId)
-    else run = { spent: 0, held: 0, stopped: false, lastAt: now }
-    run.lastAt = Math.max(run.lastAt, now)
-    runs.set(runId, run)
+    if (!run) {
+      let i = 0
+      for (const [id, r] of runs) {
+        if (i++ === 2 || r.lastAt > now - this.#runIdleMs) break
+        runs.delete(id)
+      }
+      runs.set(runId, (run = { spent: 0, held: 0, stopped: false, lastAt: now }))
+    } else if (now >= run.lastAt + MINUTE_MS) {
+      run.lastAt = now
+      runs.delete(runId)
+      runs.set(runId, run)
+    }
     return { s: run, budgetNano: agent.policy.runBudgetNano! }
   }
 

@@ -47,7 +47,7 @@ for i, s in ipairs(A.states) do
     if s.runs and #s.runs > 0 then
       run_keys(st)
       for _, r in ipairs(s.runs) do
-        redis.call('HSET', st.r, r[1], fmt(r[2]) .. ' ' .. r[3])
+        redis.call('HSET', st.r, r[1], fmt(r[2]) .. ' ' .. r[3] .. ' ' .. fmt(r[4]))
         redis.call('ZADD', st.rz, r[4], r[1])
       end
       redis.call('PEXPIRE', st.r, TTL)

@@ -524,12 +524,14 @@ end
 
 -- Runs of an agent whose policy has a run budget (policy.ts RunJudged; the caller sends the
 -- budget with the state, run_budget, and A.run_idle). Three keys of the state's own:
---   :r   hash of <run id> = 'spent stopped' (nano-USD; 1: its budget stopped it)
---   :rz  ZSET of run ids scored by when their newest event or hold came (ms): a run idle
---        for longer than A.run_idle leaves, two at a time as runs are read (memory.ts #runOf)
+--   :r   hash of <run id> = 'spent stopped last' (nano-USD; 1: its budget stopped it; when
+--        it was last seen, ms, moved on at most once a minute: memory.ts #runOf)
+--   :rz  ZSET of run ids scored by `last`: a run idle for longer than A.run_idle leaves, at
+--        most two as each new run comes (runs leave as fast as they come)
 --   :rh  hash of <hold id> = <run id>, for the open holds asked for a run: what a run holds
 --        is the sum of those still open in :h (an expired one is gone from :h already)
--- They expire with the state (TTL from each write); load.lua installs them with it.
+-- An event of a run costs an HGET and an HSET of :r; :rz and the keys' TTL (the state's)
+-- are written when `last` moves. load.lua installs them with the state.
 
 local function run_keys(st)
   if not st.r then
@@ -557,32 +559,38 @@ end
 local function run_stopped(st, id)
   run_keys(st)
   local v = redis.call('HGET', st.r, id)
-  return v ~= false and string.sub(v, -1) == '1'
+  return v ~= false and string.match(v, '^%-?%d+ (%d)') == '1'
 end
 
--- Run `id` of the state, {id, s = {spent, held, stopped}, budget}, new when not kept; idle
--- runs leave first. save_run() writes it back.
+-- Run `id` of the state, {id, s = {spent, held, stopped}, budget, last, moved}, new when not
+-- kept (then idle runs leave first); `last` moves on to NOW once a minute has passed since it
+-- (moved: true). save_run() writes it back.
 local function read_run(st, id)
   run_keys(st)
-  local idle = redis.call('ZRANGEBYSCORE', st.rz, '-inf', NOW - A.run_idle, 'LIMIT', 0, 2)
-  if #idle > 0 then
-    redis.call('HDEL', st.r, unpack(idle))
-    redis.call('ZREM', st.rz, unpack(idle))
-  end
   local v = redis.call('HGET', st.r, id)
   local s = { spent = 0, held = run_held(st, id), stopped = false }
+  local last = NOW
   if v then
-    local spent, stopped = string.match(v, '^(%-?%d+) (%d)$')
-    s.spent, s.stopped = tonumber(spent), stopped == '1'
+    local spent, stopped, seen = string.match(v, '^(%-?%d+) (%d) (%d+)$')
+    s.spent, s.stopped, last = tonumber(spent), stopped == '1', tonumber(seen)
+  else
+    local idle = redis.call('ZRANGEBYSCORE', st.rz, '-inf', NOW - A.run_idle, 'LIMIT', 0, 2)
+    if #idle > 0 then
+      redis.call('HDEL', st.r, unpack(idle))
+      redis.call('ZREM', st.rz, unpack(idle))
+    end
   end
-  return { id = id, s = s, budget = st.run_budget }
+  local moved = not v or NOW >= last + MINUTE_MS
+  return { id = id, s = s, budget = st.run_budget, last = moved and NOW or last, moved = moved }
 end
 
 local function save_run(st, run)
-  redis.call('HSET', st.r, run.id, fmt(run.s.spent) .. ' ' .. (run.s.stopped and '1' or '0'))
-  redis.call('ZADD', st.rz, 'GT', NOW, run.id)
-  redis.call('PEXPIRE', st.r, TTL)
-  redis.call('PEXPIRE', st.rz, TTL)
+  redis.call('HSET', st.r, run.id, fmt(run.s.spent) .. ' ' .. (run.s.stopped and '1' or '0') .. ' ' .. fmt(run.last))
+  if run.moved then
+    redis.call('ZADD', st.rz, run.last, run.id)
+    redis.call('PEXPIRE', st.r, TTL)
+    redis.call('PEXPIRE', st.rz, TTL)
+  end
 end
 
 -- A run that ended unstopped is done with.
