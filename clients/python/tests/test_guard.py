@@ -225,15 +225,18 @@ class GuardTest(unittest.TestCase):
         self.assertEqual(deletes(proxy), ["/holds/" + str(guard.hold_id)])
         self.assertEqual(held(agent), 0)
 
-        # Paused by another call while this one ran: its report is not sent (a paused client
-        # sends nothing more), so nothing settled the hold, and it is released.
+        # Paused by another call while this one ran: the call was made, so its report is sent
+        # all the same (its cost counts, and it settles the hold); it answers False (paused).
         with br.guard(**CALL) as guard:
             S.api.set_paused(agent, True)
             self.assertIs(br.start(), False)
             self.assertIs(guard.llm_call(1000, 500), False)
-        self.assertIs(guard.reported, False)
-        self.assertEqual(len(deletes(proxy)), 2)
+        self.assertIs(guard.reported, True)
+        self.assertEqual(len(deletes(proxy)), 1)
         self.assertEqual(held(agent), 0)
+        self.assertEqual(S.api.agent(agent)["llm_calls"], 1)
+        self.assertIs(br.llm_call("gpt-4o", 1000, 500), False)  # nothing else is sent
+        self.assertEqual(S.api.agent(agent)["llm_calls"], 1)
         self.assertEqual(self.errors, [])
 
     def test_a_release_that_fails_goes_to_on_error_and_one_already_gone_is_fine(self) -> None:

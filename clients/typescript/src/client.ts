@@ -309,11 +309,15 @@ export class Burnrate {
     return this.later(() => event, options?.buffered)
   }
 
-  /** Posts one event's body now; for a guarded call, `settled` turns true once burnrate acknowledged it. */
+  /**
+   * Posts one event's body now; for a guarded call, `settled` turns true once burnrate
+   * acknowledged it. A guarded call's report is sent even once the agent is paused or its run
+   * stopped meanwhile: the call was made, and its cost is counted (and its hold settled) only so.
+   */
   private async post(body: EventBody, hold?: HoldState): Promise<boolean> {
-    if (this.heldBack(body)) return false
+    if (!hold && this.heldBack(body)) return false
     const configured = await this.configure()
-    if (this.heldBack(body)) return false
+    if (!hold && this.heldBack(body)) return false
     let delivered = false
     try {
       const answer = await this.request({ operation: 'event', method: 'POST', url: `${this.base}/events`, body, eventId: body.event_id })

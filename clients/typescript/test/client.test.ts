@@ -617,6 +617,25 @@ describe('budget holds: guard()', () => {
     expect(errors).toEqual([])
   })
 
+  it("reports a guarded call made while the agent was paused meanwhile: its cost counts and its hold settles", async () => {
+    const id = agentName('guard-paused-meanwhile')
+    const { c, errors } = make(id)
+    expect(await c.start()).toBe(true)
+    const result = await c.guard(WORST, async (hold) => {
+      // The call is in flight when the agent is paused, and the client learns it.
+      await setPaused(id, true)
+      expect(await c.toolCall('search')).toBe(false)
+      expect(c.paused).toBe(true)
+      return hold.llmCall(CALL)
+    })
+    // The report went: the call was made. It answers false (paused), and nothing more is sent.
+    expect(result).toMatchObject({ allowed: true, value: false })
+    expect((await agent(id)).body).toMatchObject({ llm_calls: 1, held_usd: 0, total_cost_usd: 0.0075 })
+    expect(await c.llmCall('gpt-4o', CALL)).toBe(false)
+    expect((await agent(id)).body).toMatchObject({ llm_calls: 1 })
+    expect(errors).toEqual([])
+  })
+
   it('releases the hold when fn throws, and rejects with its error', async () => {
     const id = agentName('guard-throw')
     const p = await proxy()

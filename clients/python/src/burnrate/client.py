@@ -382,11 +382,13 @@ class Burnrate:
             return self._fail_mode == "open"  # dropped (and reported): as if burnrate had failed
         return self._go_on(healthy)
 
-    def _send(self, event: Mapping[str, Any]) -> Tuple[bool, bool]:
+    def _send(self, event: Mapping[str, Any], made: bool = False) -> Tuple[bool, bool]:
         """send(), and whether burnrate acknowledged the event: a guard whose report was not
-        acknowledged cannot know its hold settled, so it releases it."""
+        acknowledged cannot know its hold settled, so it releases it. ``made``: a guarded call's
+        report, sent even once the agent is paused or its run stopped meanwhile: the call was
+        made, and its cost is counted (and its hold settled) only so."""
         body = self._event_body(event)
-        if self._held_back(body):
+        if not made and self._held_back(body):
             return False, False  # After paused = true the client sends nothing more; nor for a stopped run.
 
         if body.get("event_id") is None:
@@ -394,7 +396,7 @@ class Burnrate:
             body["event_id"] = str(uuid.uuid4())
 
         config_ok = self._ensure_config()
-        if self._held_back(body):
+        if not made and self._held_back(body):
             return False, False  # another thread learnt it while this one sent the config
         event_id = str(body["event_id"])
         try:
@@ -861,7 +863,7 @@ class Guard:
         return extra if self.hold_id is None else dict(extra, hold_id=self.hold_id)
 
     def _send(self, event: Mapping[str, Any]) -> bool:
-        go_on, acknowledged = self._client._send(self._client._in_run(event))
+        go_on, acknowledged = self._client._send(self._client._in_run(event), made=True)
         if acknowledged:
             with self._lock:
                 self._settled = True
