@@ -30,6 +30,7 @@ COPY package.json ./
 COPY bin ./bin
 COPY src ./src
 COPY sql ./sql
+COPY proto ./proto
 COPY public ./public
 # DATA_DIR must belong to the user the server runs as: it creates its admin socket there
 # (and, embedded, its ClickHouse data and journal). A volume mounted on a fresh /data takes

@@ -1,5 +1,6 @@
 import { setTimeout as sleep } from 'node:timers/promises'
 import { isUtf8 } from 'node:buffer'
+import type { IncomingHttpHeaders } from 'node:http'
 import type { ClickHouseClient } from '@clickhouse/client'
 import rateLimit from '@fastify/rate-limit'
 import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify'
@@ -22,6 +23,8 @@ import { configRoutes } from './routes/config.ts'
 import { costsRoutes } from './routes/costs.ts'
 import { DASHBOARD_ROUTES, dashboardRoutes } from './routes/dashboard.ts'
 import { eventsRoutes } from './routes/events.ts'
+import { otlpRoutes, type OtlpOutcome } from './routes/otlp.ts'
+import { agentAttributes } from './otlp/spans.ts'
 import { exportRoutes } from './routes/exports.ts'
 import type { ExportService } from './exports/service.ts'
 import { healthRoutes } from './routes/health.ts'
@@ -63,6 +66,8 @@ export interface AppDeps {
   deadLetters?: () => number
   /** pino-compatible; none (silent) when omitted. */
   log?: FastifyBaseLogger
+  /** Told what each OTLP export came to (the metrics). */
+  onOtlpExport?: (o: OtlpOutcome) => void
   /** Told every route as it is added (test/openapi.test.ts takes the inventory the document must cover). */
   onRoute?: (route: { method: string | string[]; url: string }) => void
 }
@@ -70,6 +75,18 @@ export interface AppDeps {
 const PUBLIC_ROUTES = new Set<string>(['/healthz', '/readyz', '/openapi.json', ...DASHBOARD_ROUTES])
 
 /** Routes answered without an API key: the health checks, the dashboard's files, the API's description. */
+/**
+ * A request's API key: its x-api-key header, or an Authorization: Bearer one (what the
+ * OpenTelemetry exporters send with OTEL_EXPORTER_OTLP_HEADERS).
+ */
+function apiKeyOf(headers: IncomingHttpHeaders): string | undefined {
+  const header = headers['x-api-key']
+  const key = Array.isArray(header) ? header[0] : header
+  if (key) return key
+  const bearer = /^Bearer[ \t]+(\S+)\s*$/i.exec(headers.authorization ?? '')
+  return bearer?.[1]
+}
+
 function isPublic(route: string): boolean {
   return PUBLIC_ROUTES.has(route) || route === REFERENCE_PREFIX || route.startsWith(`${REFERENCE_PREFIX}/`)
 }
@@ -149,8 +166,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   app.addHook('onRequest', async (request) => {
     const route = request.routeOptions.url
     if (route === undefined || isPublic(route)) return
-    const header = request.headers['x-api-key']
-    const key = Array.isArray(header) ? header[0] : header
+    const key = apiKeyOf(request.headers)
     const principal = key ? await deps.keys.verify(key) : null
     if (principal) {
       request.principal = principal
@@ -166,7 +182,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
       })
     }
     failures.record(request.ip)
-    throw new Problem('unauthorized', key ? 'unknown or revoked API key' : 'missing x-api-key header')
+    throw new Problem('unauthorized', key ? 'unknown or revoked API key' : 'missing x-api-key header (or Authorization: Bearer)')
   })
 
   // With Redis, the limit holds across instances (120 in all, not 120 each); the plugin's
@@ -195,6 +211,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   const limits = routeLimits(deps.config)
   await app.register(healthRoutes(deps.clickhouse, deps.hotState, deps.journal, deps.deadLetters ?? (() => 0)))
   await app.register(eventsRoutes(deps.ingest, limits))
+  await app.register(otlpRoutes(deps.ingest, limits, { agentAttributes: agentAttributes(deps.config.otlp.agentAttribute), onExport: deps.onOtlpExport }))
   await app.register(holdsRoutes(deps.holds, limits))
   await app.register(configRoutes(deps.agents, limits))
   await app.register(agentsRoutes(deps.agents, limits))

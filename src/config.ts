@@ -77,6 +77,8 @@ export const envSchema = z.object({
   PAUSE_GRACE_MS: z.coerce.number().int().min(0).default(60_000),
   // A run with no agent_end whose last event is older than this is shown as abandoned.
   RUN_ABANDONED_AFTER: duration.default(24 * DURATION_UNITS_MS.h),
+  // The span or resource attribute that names an OTLP span's agent before the GenAI ones.
+  OTLP_AGENT_ATTRIBUTE: z.string().min(1).max(256).default('burnrate.agent_id'),
   TRUST_PROXY: bool.default(false),
   METRICS_PORT: port.optional(),
   // Replicas that must hold a write before it is answered (WAIT), and how long to wait.
@@ -155,6 +157,8 @@ export interface Config {
   readonly pauseGraceMs: number
   /** How long a run without an agent_end may go without an event before it is shown as abandoned (RUN_ABANDONED_AFTER). */
   readonly runAbandonedAfterMs: number
+  /** OTLP (POST /v1/traces): the attribute that names a span's agent first (OTLP_AGENT_ATTRIBUTE). */
+  readonly otlp: { readonly agentAttribute: string }
   /** Failed authentications a client address may make per minute before 429 (per instance). */
   readonly authFailuresPerMinute: number
   readonly trustProxy: boolean
@@ -198,6 +202,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
     pauseGraceMs: e.PAUSE_GRACE_MS,
     runAbandonedAfterMs: e.RUN_ABANDONED_AFTER,
+    otlp: { agentAttribute: e.OTLP_AGENT_ATTRIBUTE },
     authFailuresPerMinute: e.AUTH_FAILURES_PER_MINUTE,
     trustProxy: e.TRUST_PROXY,
     metricsPort: e.METRICS_PORT,

@@ -21,6 +21,8 @@ export interface Metrics {
   /** Agents flagged for calling the model after their pause and its grace, once per pause. */
   ignoredPauses: Counter
   runStops: Counter
+  /** OTLP spans (POST /v1/traces) by what became of them: stored, ignored, rejected. */
+  otlpSpans: Counter<'result'>
   holds: Counter<'result'>
   /** Exports (GET /export, `burnrate export` through a server) by format and outcome. */
   exports: Counter<'format' | 'outcome'>
@@ -112,6 +114,12 @@ export function createMetrics(sources: {
     ignoredPauses: new Counter({
       name: 'burnrate_ignored_pauses_total',
       help: 'Agents flagged ignoring_pause: llm_calls kept arriving after their pause and its grace period (once per pause)',
+      registers: [registry],
+    }),
+    otlpSpans: new Counter({
+      name: 'burnrate_otlp_spans_total',
+      help: 'OTLP spans received (POST /v1/traces) by result: stored (they described a model call, a tool call or an agent run), ignored (nothing billable), rejected (reported in partial_success)',
+      labelNames: ['result'],
       registers: [registry],
     }),
     runStops: new Counter({

@@ -47,7 +47,8 @@ export interface RouteDoc {
   tag: 'ingest' | 'holds' | 'config' | 'read' | 'health'
   /** false: no x-api-key (health). */
   auth: boolean
-  body?: z.ZodType
+  /** A JSON body's schema, or `files`: the media types of a body in another format. */
+  body?: z.ZodType | { files: readonly string[] }
   query?: z.ZodObject
   params?: z.ZodObject
   /** The JSON answer's schema, or `files`: the media types of a file answer. */
@@ -92,6 +93,17 @@ export const ROUTES: readonly RouteDoc[] = [
     body: batchBodyDoc,
     reply: batchReply,
     errors: [...BODY, 'journal_full'],
+  },
+  {
+    method: 'post',
+    path: '/v1/traces',
+    summary:
+      'OTLP/HTTP traces (ExportTraceServiceRequest, protobuf or OTLP/JSON, gzip or not), as the OpenTelemetry exporters send them: GenAI model calls become llm_calls, tool executions tool_calls, agent invocations a run; other spans are ignored. Answered with ExportTraceServiceResponse (partial_success counts refused spans), or a 400 with a google.rpc.Status, in the request\'s encoding. The API key as x-api-key or Authorization: Bearer',
+    tag: 'ingest',
+    auth: true,
+    body: { files: ['application/x-protobuf', 'application/json'] },
+    reply: { files: ['application/x-protobuf', 'application/json'] },
+    errors: ['payload_too_large', 'unsupported_media_type', 'journal_full'],
   },
   {
     method: 'post',
@@ -236,6 +248,11 @@ function parameters(schema: z.ZodObject | undefined, where: 'query' | 'path') {
   }))
 }
 
+function bodyContent(body: NonNullable<RouteDoc['body']>) {
+  if ('files' in body) return Object.fromEntries(body.files.map((type) => [type, { schema: { type: 'string', contentMediaType: type } }]))
+  return { 'application/json': { schema: jsonSchema(body, 'input') } }
+}
+
 function operation(route: RouteDoc) {
   const content =
     'files' in route.reply
@@ -255,7 +272,7 @@ function operation(route: RouteDoc) {
     operationId: `${route.method}${route.path.replace(/\{(\w+)\}/g, 'By_$1').replace(/[^a-zA-Z0-9]+(.)?/g, (_, c: string | undefined) => (c ?? '').toUpperCase())}`,
     ...(route.auth ? {} : { security: [] }),
     parameters: [...parameters(route.params, 'path'), ...parameters(route.query, 'query')],
-    ...(route.body ? { requestBody: { required: true, content: { 'application/json': { schema: jsonSchema(route.body, 'input') } } } } : {}),
+    ...(route.body ? { requestBody: { required: true, content: bodyContent(route.body) } } : {}),
     responses,
   }
 }
@@ -274,8 +291,8 @@ export const OPENAPI_DOCUMENT = (() => {
       description: 'Cost metering and budget enforcement for AI agent fleets. Every request but the health checks carries an API key (`burnrate keys create`) as x-api-key; errors are RFC 9457 problem details with a stable code.',
       license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
     },
-    components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'x-api-key' } } },
-    security: [{ apiKey: [] }],
+    components: { securitySchemes: { apiKey: { type: 'apiKey', in: 'header', name: 'x-api-key' }, bearer: { type: 'http', scheme: 'bearer' } } },
+    security: [{ apiKey: [] }, { bearer: [] }],
     paths,
   }
 })()

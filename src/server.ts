@@ -12,6 +12,7 @@ import { ApiKeys } from './auth/api-keys.ts'
 import { adminSocketPath, claimAdminSocket, startAdminSocket } from './cli/admin.ts'
 import { systemClock, type Clock } from './clock.ts'
 import type { Config } from './config.ts'
+import type { OtlpOutcome } from './routes/otlp.ts'
 import { MemoryHotState } from './hot-state/memory.ts'
 import { RedisHotState } from './hot-state/redis.ts'
 import type { HotState } from './hot-state/types.ts'
@@ -56,6 +57,8 @@ export interface Services {
   exports: ExportService
   keys: ApiKeys
   webhooks: WebhookNotifier
+  /** Told what each OTLP export came to (its metric). */
+  onOtlpExport(o: OtlpOutcome): void
   /** Stores what is pending, lets notifications finish (bounded), closes the stores. */
   close(): Promise<void>
 }
@@ -199,6 +202,9 @@ export async function openServices(
     config,
     redis,
     metrics,
+    onOtlpExport: (o) => {
+      for (const result of ['stored', 'ignored', 'rejected'] as const) if (o[result] > 0) metrics.otlpSpans.inc({ result }, o[result])
+    },
     clock,
     clickhouse,
     hotState,

@@ -81,8 +81,8 @@ describe('the OpenAPI document', () => {
       const response = op?.responses[String(res.statusCode)]
       expect(response, `${method} ${path} answered ${res.statusCode}, which it does not document: ${res.body}`).toBeDefined()
       const content = Object.entries(response!.content) as Array<[string, { schema: object }]>
-      // A file answer (GET /export): one of its documented media types, not JSON.
-      const file = content.find(([type]) => type !== 'application/json' && type !== 'application/problem+json' && String(res.headers['content-type']).startsWith(type))
+      // A file answer (GET /export, an OTLP answer): one of its documented media types, as bytes.
+      const file = content.find(([type, { schema }]) => 'contentMediaType' in schema && String(res.headers['content-type']).startsWith(type))
       if (file) {
         checked.push(`${method} ${path} ${res.statusCode}`)
         return
@@ -108,6 +108,7 @@ describe('the OpenAPI document', () => {
       ['POST', '/events', '/events', llmCall('a'), null],
       ['POST', '/events/batch', '/events/batch', { events: [llmCall('a'), { agent_id: 'a', event_type: 'llm_call' }, llmCall('a', { hold_id: othersHold })] }],
       ['POST', '/events/batch', '/events/batch', { events: [] }],
+      ['POST', '/v1/traces', '/v1/traces', { resourceSpans: [] }],
       ['POST', '/holds', '/holds', { agent_id: 'a', model: 'gpt-4o', input_tokens: 10, max_output_tokens: 10 }],
       ['POST', '/holds', '/holds', { agent_id: 'a', model: 'gpt-4o', input_tokens: 10, max_output_tokens: 1e9 }],
       ['POST', '/holds', '/holds', { agent_id: 'a', model: 'gpt-4o', ttl_seconds: 0 }],
