@@ -107,6 +107,17 @@ export const ROUTES: readonly RouteDoc[] = [
   },
   {
     method: 'post',
+    path: '/v1/logs',
+    summary:
+      'OTLP/HTTP logs (ExportLogsServiceRequest, protobuf or OTLP/JSON, gzip or not): Claude Code\'s api_request events and GenAI model-call events become llm_calls; other records are ignored. Answered as POST /v1/traces answers (partial_success counts refused log records)',
+    tag: 'ingest',
+    auth: true,
+    body: { files: ['application/x-protobuf', 'application/json'] },
+    reply: { files: ['application/x-protobuf', 'application/json'] },
+    errors: ['payload_too_large', 'unsupported_media_type', 'journal_full'],
+  },
+  {
+    method: 'post',
     path: '/holds',
     summary: "Hold a coming call's worst case against the agent's and its fleet's budget",
     tag: 'holds',

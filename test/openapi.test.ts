@@ -109,6 +109,7 @@ describe('the OpenAPI document', () => {
       ['POST', '/events/batch', '/events/batch', { events: [llmCall('a'), { agent_id: 'a', event_type: 'llm_call' }, llmCall('a', { hold_id: othersHold })] }],
       ['POST', '/events/batch', '/events/batch', { events: [] }],
       ['POST', '/v1/traces', '/v1/traces', { resourceSpans: [] }],
+      ['POST', '/v1/logs', '/v1/logs', { resourceLogs: [] }],
       ['POST', '/holds', '/holds', { agent_id: 'a', model: 'gpt-4o', input_tokens: 10, max_output_tokens: 10 }],
       ['POST', '/holds', '/holds', { agent_id: 'a', model: 'gpt-4o', input_tokens: 10, max_output_tokens: 1e9 }],
       ['POST', '/holds', '/holds', { agent_id: 'a', model: 'gpt-4o', ttl_seconds: 0 }],

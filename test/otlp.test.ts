@@ -1,6 +1,9 @@
 import { gzipSync } from 'node:zlib'
 import type { AddressInfo } from 'node:net'
 import { SpanKind, type Attributes } from '@opentelemetry/api'
+import { OTLPLogExporter as ProtoLogExporter } from '@opentelemetry/exporter-logs-otlp-proto'
+import { OTLPLogExporter as JsonLogExporter } from '@opentelemetry/exporter-logs-otlp-http'
+import { LoggerProvider, SimpleLogRecordProcessor } from '@opentelemetry/sdk-logs'
 import { OTLPTraceExporter as ProtoExporter } from '@opentelemetry/exporter-trace-otlp-proto'
 import { OTLPTraceExporter as JsonExporter } from '@opentelemetry/exporter-trace-otlp-http'
 import { CompressionAlgorithm } from '@opentelemetry/otlp-exporter-base'
@@ -186,5 +189,73 @@ describe('POST /v1/traces', () => {
     const r = await h.app.inject({ method: 'POST', url: '/v1/traces', headers: { authorization: 'Bearer br_nope', 'content-type': 'application/json' }, payload: '{}' })
     expect(r.statusCode).toBe(401)
     await t.provider.shutdown()
+  })
+})
+
+describe('POST /v1/logs', () => {
+  /** A logger provider of an agent's process, with one of the SDK's log exporters pointed at burnrate. */
+  function logging(key: string, exporter: Exporter, resource: Attributes) {
+    const options = { url: `${base}/v1/logs`, headers: { authorization: `Bearer ${key}` } }
+    const provider = new LoggerProvider({
+      resource: resourceFromAttributes(resource),
+      processors: [new SimpleLogRecordProcessor({ exporter: exporter === 'proto' ? new ProtoLogExporter(options) : new JsonLogExporter(options) })],
+    })
+    return { provider, logger: provider.getLogger('test') }
+  }
+
+  for (const exporter of ['proto', 'json'] as const) {
+    it(`meters Claude Code's api_request events (${exporter}) from their token counts, cache tokens as parts of the input, its own cost kept beside`, async () => {
+      const key = await h.key(unique('u'))
+      const { provider, logger } = logging(key, exporter, { 'service.name': 'claude-code', 'burnrate.agent_id': 'dev-laptop' })
+      // As Claude Code emits it: the event's name, counts as text, its own estimate of the cost.
+      const record = {
+        eventName: 'claude_code.api_request',
+        body: 'claude_code.api_request',
+        attributes: {
+          'event.name': 'api_request',
+          'session.id': 'sess-1',
+          model: 'claude-sonnet-4-5',
+          input_tokens: '120',
+          output_tokens: '300',
+          cache_read_tokens: '1000',
+          cache_creation_tokens: '0',
+          cost_usd: '0.00516',
+          duration_ms: '2300',
+        },
+      }
+      logger.emit(record)
+      // Another record, not a model call: ignored.
+      logger.emit({ eventName: 'claude_code.user_prompt', body: 'claude_code.user_prompt', attributes: { 'event.name': 'user_prompt', 'session.id': 'sess-1', prompt_length: '42' } })
+      await provider.forceFlush()
+      // What POST /events charges for the same call, as token fields.
+      const same = await h.post('/events', { agent_id: unique('ref'), event_type: 'llm_call', model: 'claude-sonnet-4-5', input_tokens: 1120, output_tokens: 300, cache_read_tokens: 1000, cache_write_tokens: 0 }, key)
+      const shown = await agentOf(key, 'dev-laptop')
+      expect(shown).toMatchObject({ llm_calls: 1, total_cost_usd: same.json().cost_usd })
+      expect(shown.events[0]).toMatchObject({ model: 'claude-sonnet-4-5', input_tokens: 1120, output_tokens: 300, cache_read_tokens: 1000, run_id: 'sess-1' })
+      expect(shown.events[0].metadata).toMatchObject({ 'claude_code.cost_usd': 0.00516, 'service.name': 'claude-code' })
+      await provider.shutdown()
+    })
+  }
+
+  it('counts a log record sent again once, and refuses one whose counts are not numbers, alone', async () => {
+    const key = await h.key(unique('u'))
+    const rec = (tokens: string) => ({
+      timeUnixNano: '1764000000000000000',
+      eventName: 'claude_code.api_request',
+      attributes: [
+        { key: 'model', value: { stringValue: 'claude-sonnet-4-5' } },
+        { key: 'input_tokens', value: { stringValue: tokens } },
+        { key: 'output_tokens', value: { stringValue: '10' } },
+      ],
+    })
+    const body = JSON.stringify({
+      resourceLogs: [{ resource: { attributes: [{ key: 'gen_ai.agent.id', value: { stringValue: 'cc' } }] }, scopeLogs: [{ logRecords: [rec('100'), rec('lots')] }] }],
+    })
+    for (let i = 0; i < 2; i++) {
+      const r = await h.app.inject({ method: 'POST', url: '/v1/logs', headers: { 'x-api-key': key, 'content-type': 'application/json' }, payload: body })
+      expect(r.statusCode).toBe(200)
+      expect(r.json()).toEqual({ partialSuccess: { rejectedLogRecords: '1', errorMessage: expect.stringContaining('input_tokens must be a whole number of tokens') } })
+    }
+    expect(await agentOf(key, 'cc')).toMatchObject({ llm_calls: 1 })
   })
 })

@@ -37,8 +37,8 @@ const span = z.looseObject({
   attributes: attributeList,
 })
 
-/** A span's attribute whose value has the wrong type: the span is refused, never the export. */
-class AttributeError extends Error {}
+/** A record's attribute whose value has the wrong type: the record is refused, never the export. */
+export class AttributeError extends Error {}
 
 /** OTLP's AnyValue ({stringValue} and the rest) as a plain value; 64-bit integers come as text. */
 function valueOf(v: unknown): AttributeValue {
@@ -54,12 +54,12 @@ function valueOf(v: unknown): AttributeValue {
   return null
 }
 
-function attributes(list: z.output<typeof attributeList>): Map<string, AttributeValue> {
+export function attributes(list: z.output<typeof attributeList>): Map<string, AttributeValue> {
   return new Map((list ?? []).map((kv) => [kv.key, valueOf(kv.value)]))
 }
 
-/** Reads attributes by name, the span's first and then its resource's. */
-class Attributes {
+/** Reads attributes by name, the record's (a span's, a log record's) first and then its resource's. */
+export class Attributes {
   readonly #span: Map<string, AttributeValue>
   readonly #resource: Map<string, AttributeValue>
 
@@ -80,13 +80,27 @@ class Attributes {
     return undefined
   }
 
-  /** The first of `names` that is set, as a token count: a whole number from 0. */
-  count(...names: string[]): number | undefined {
+  /**
+   * The first of `names` that is set on the record, as a token count: a whole number from 0
+   * (`digits`: also as decimal text, as some emitters send counts).
+   */
+  count(names: readonly string[], o: { digits?: boolean } = {}): number | undefined {
+    for (const name of names) {
+      const raw = this.#span.get(name)
+      if (raw === undefined || raw === null) continue
+      const v = o.digits && typeof raw === 'string' && /^\d{1,15}$/.test(raw) ? Number(raw) : raw
+      if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new AttributeError(`${name} must be a whole number of tokens, not ${JSON.stringify(raw)}`)
+      return v
+    }
+    return undefined
+  }
+
+  /** The first of `names` that is set on the record, as a number (decimal text taken too), else undefined. */
+  number(...names: string[]): number | undefined {
     for (const name of names) {
       const v = this.#span.get(name)
-      if (v === undefined || v === null) continue
-      if (typeof v !== 'number' || !Number.isInteger(v) || v < 0) throw new AttributeError(`${name} must be a whole number of tokens, not ${JSON.stringify(v)}`)
-      return v
+      if (typeof v === 'number') return v
+      if (typeof v === 'string' && v.trim() !== '' && Number.isFinite(Number(v))) return Number(v)
     }
     return undefined
   }
@@ -118,8 +132,8 @@ export function eventsOfSpan(raw: unknown, resource: Map<string, AttributeValue>
   try {
     const operation = a.text('gen_ai.operation.name')
     const model = a.text('gen_ai.response.model', 'gen_ai.request.model')
-    const input = a.count('gen_ai.usage.input_tokens', 'gen_ai.usage.prompt_tokens')
-    const output = a.count('gen_ai.usage.output_tokens', 'gen_ai.usage.completion_tokens')
+    const input = a.count(['gen_ai.usage.input_tokens', 'gen_ai.usage.prompt_tokens'])
+    const output = a.count(['gen_ai.usage.output_tokens', 'gen_ai.usage.completion_tokens'])
     const isModelCall = operation !== undefined ? MODEL_OPERATIONS.has(operation) : model !== undefined && (input !== undefined || output !== undefined)
     const isTool = operation === 'execute_tool'
     const isAgent = operation === 'invoke_agent'
@@ -141,8 +155,8 @@ export function eventsOfSpan(raw: unknown, resource: Map<string, AttributeValue>
     }
     if (isModelCall) {
       if (model === undefined) return { refused: `span ${spanId} is a model call without gen_ai.request.model or gen_ai.response.model` }
-      const cacheRead = a.count('gen_ai.usage.cache_read.input_tokens')
-      const cacheWrite = a.count('gen_ai.usage.cache_creation.input_tokens')
+      const cacheRead = a.count(['gen_ai.usage.cache_read.input_tokens'])
+      const cacheWrite = a.count(['gen_ai.usage.cache_creation.input_tokens'])
       return {
         events: [
           {
@@ -179,7 +193,12 @@ export function eventsOfSpan(raw: unknown, resource: Map<string, AttributeValue>
  * whenever the span is sent again.
  */
 export function eventIdOf(traceId: string, spanId: string, kind: string): string {
-  const b = createHash('sha256').update(`otlp\0${traceId}\0${spanId}\0${kind}`).digest().subarray(0, 16)
+  return uuidOf(createHash('sha256').update(`otlp\0${traceId}\0${spanId}\0${kind}`).digest())
+}
+
+/** A version 8 UUID of the first 16 bytes of a digest. */
+export function uuidOf(digest: Buffer): string {
+  const b = Buffer.from(digest.subarray(0, 16))
   b[6] = (b[6]! & 0x0f) | 0x80
   b[8] = (b[8]! & 0x3f) | 0x80
   const h = b.toString('hex')

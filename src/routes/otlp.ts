@@ -2,8 +2,9 @@ import type { FastifyPluginAsync, FastifyReply, FastifyRequest } from 'fastify'
 import { Problem } from '../errors.ts'
 import { RateLimitedError, type RateCharge, type RateState } from '../hot-state/types.ts'
 import type { IngestReply, IngestService } from '../ingest/service.ts'
-import { decodeRequest, encodeResponse, encodeStatus, encodingOf, OTLP_MEDIA_TYPES, TRACES, type OtlpEncoding } from '../otlp/protocol.ts'
-import { eventsOfSpan, spansOf } from '../otlp/spans.ts'
+import { eventsOfLogRecord, logRecordsOf } from '../otlp/logs.ts'
+import { decodeRequest, encodeResponse, encodeStatus, encodingOf, LOGS, OTLP_MEDIA_TYPES, TRACES, type OtlpEncoding, type OtlpSignal } from '../otlp/protocol.ts'
+import { eventsOfSpan, spansOf, type SpanOutcome } from '../otlp/spans.ts'
 import { eventBody } from '../schemas/event.ts'
 import { principal } from './parse.ts'
 import { rateHeaders, type RouteLimits } from './limits.ts'
@@ -30,9 +31,10 @@ export interface OtlpOptions {
 }
 
 /**
- * POST /v1/traces: OTLP/HTTP, as the OpenTelemetry exporters send it (otlp/protocol.ts), with
- * burnrate's API keys (x-api-key, or Authorization: Bearer). The spans that describe a model
- * call, a tool call or an agent's run become events (otlp/spans.ts) and go through the same
+ * POST /v1/traces and POST /v1/logs: OTLP/HTTP, as the OpenTelemetry exporters send it
+ * (otlp/protocol.ts), with burnrate's API keys (x-api-key, or Authorization: Bearer). The
+ * spans and log records that describe a model call, a tool call or an agent's run become
+ * events (otlp/spans.ts, otlp/logs.ts) and go through the same
  * atomic step as POST /events, each counting one against the key's budget of events; the
  * others are ignored, counted, not stored. A span that cannot be used is refused alone and
  * counted in partial_success with the first reason; a body that is not an export is a 400
@@ -45,38 +47,36 @@ export const otlpRoutes =
     app.removeAllContentTypeParsers()
     app.addContentTypeParser([OTLP_MEDIA_TYPES.protobuf, OTLP_MEDIA_TYPES.json], { parseAs: 'buffer', bodyLimit: MAX_OTLP_BYTES }, (_request, body, done) => done(null, body))
 
-    app.post('/v1/traces', { bodyLimit: MAX_OTLP_BYTES }, async (request, response) => {
-      const encoding = encodingOf(request.headers['content-type'])
-      if (encoding === null) throw new Problem('unsupported_media_type', `send the export as ${OTLP_MEDIA_TYPES.protobuf} or ${OTLP_MEDIA_TYPES.json}`)
-      let records: ReturnType<typeof spansOf>
-      try {
-        records = spansOf(decodeRequest(TRACES, request.body as Buffer, encoding, header(request, 'content-encoding')))
-      } catch (err) {
-        if (!(err instanceof Problem) || err.status !== 400) throw err
-        return send(response.code(400), encoding, encodeStatus(encoding, INVALID_ARGUMENT, err.message))
-      }
-      const outcome = await ingestAll(ingest, request, limits.eventsCharge(request), o.agentAttributes, records)
-      o.onExport?.(outcome)
-      if (outcome.rate) rateHeaders(response, outcome.rate)
-      if (outcome.limited && outcome.stored === 0 && outcome.rejected === outcome.limited) {
-        // Nothing stored, only for the key's budget: the exporter sends the export again
-        // after Retry-After (its ids make that safe), rather than dropping it.
-        response.header('retry-after', Math.ceil(outcome.rate!.ttlMs / 1000))
-        return send(response.code(429), encoding, encodeStatus(encoding, RESOURCE_EXHAUSTED, outcome.reason))
-      }
-      return send(response, encoding, encodeResponse(TRACES, encoding, outcome.rejected, outcome.reason))
-    })
+    /** One signal's route: its records (spans, log records) read from the decoded export as events. */
+    const exportRoute = (path: string, signal: OtlpSignal, outcomesOf: (body: unknown) => SpanOutcome[]) =>
+      app.post(path, { bodyLimit: MAX_OTLP_BYTES }, async (request, response) => {
+        const encoding = encodingOf(request.headers['content-type'])
+        if (encoding === null) throw new Problem('unsupported_media_type', `send the export as ${OTLP_MEDIA_TYPES.protobuf} or ${OTLP_MEDIA_TYPES.json}`)
+        let outcomes: SpanOutcome[]
+        try {
+          outcomes = outcomesOf(decodeRequest(signal, request.body as Buffer, encoding, header(request, 'content-encoding')))
+        } catch (err) {
+          if (!(err instanceof Problem) || err.status !== 400) throw err
+          return send(response.code(400), encoding, encodeStatus(encoding, INVALID_ARGUMENT, err.message))
+        }
+        const outcome = await ingestAll(ingest, principal(request).userId, limits.eventsCharge(request), outcomes)
+        o.onExport?.(outcome)
+        if (outcome.rate) rateHeaders(response, outcome.rate)
+        if (outcome.limited && outcome.stored === 0 && outcome.rejected === outcome.limited) {
+          // Nothing stored, only for the key's budget: the exporter sends the export again
+          // after Retry-After (its ids make that safe), rather than dropping it.
+          response.header('retry-after', Math.ceil(outcome.rate!.ttlMs / 1000))
+          return send(response.code(429), encoding, encodeStatus(encoding, RESOURCE_EXHAUSTED, outcome.reason))
+        }
+        return send(response, encoding, encodeResponse(signal, encoding, outcome.rejected, outcome.reason))
+      })
+
+    exportRoute('/v1/traces', TRACES, (body) => spansOf(body).map(({ span, resource }) => eventsOfSpan(span, resource, o.agentAttributes)))
+    exportRoute('/v1/logs', LOGS, (body) => logRecordsOf(body).map(({ record, resource, resourceList }) => eventsOfLogRecord(record, resource, resourceList, o.agentAttributes)))
   }
 
-/** Every record's events through POST /events's step; refusals counted with their first reason. */
-async function ingestAll(
-  ingest: IngestService,
-  request: FastifyRequest,
-  charge: RateCharge,
-  agentNames: readonly string[],
-  records: ReturnType<typeof spansOf>,
-): Promise<OtlpOutcome & { reason: string; rate: RateState | null; limited: number }> {
-  const userId = principal(request).userId
+/** Every record's events through POST /events's step; refusals counted with their first reason, and the key's budget after them. */
+async function ingestAll(ingest: IngestService, userId: string, charge: RateCharge, outcomes: readonly SpanOutcome[]): Promise<OtlpOutcome & { reason: string; rate: RateState | null; limited: number }> {
   let limited = 0
   let ignored = 0
   let rejected = 0
@@ -86,8 +86,7 @@ async function ingestAll(
     reason ||= why
   }
   const work: Array<Promise<IngestReply[]>> = []
-  for (const { span, resource } of records) {
-    const outcome = eventsOfSpan(span, resource, agentNames)
+  for (const outcome of outcomes) {
     if ('ignored' in outcome) ignored++
     else if ('refused' in outcome) refuse(outcome.refused)
     else {
