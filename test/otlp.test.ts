@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { TRACES } from '../src/otlp/protocol.ts'
 import { eventIdOf } from '../src/otlp/spans.ts'
 import { startHarness, unique, type Harness } from './helpers/harness.ts'
+import { startReceiver } from './helpers/receiver.ts'
 
 /**
  * POST /v1/traces with the OpenTelemetry SDK and its own exporters (http/protobuf and
@@ -177,6 +178,23 @@ describe('POST /v1/traces', () => {
     }
     const gz = await h.app.inject({ method: 'POST', url: '/v1/traces', headers: { 'x-api-key': key, 'content-type': 'application/json', 'content-encoding': 'gzip' }, payload: '{}' })
     expect(gz.statusCode).toBe(400)
+  })
+
+  it('counts spans against the budgets in the same step as POST /events: the agent pauses once, with one message', async () => {
+    const receiver = await startReceiver()
+    try {
+      const key = await h.key(unique('u'))
+      const agent = unique('spender')
+      await h.post('/config', { agent_id: agent, cost_threshold_usd: 0.01, alert_at: [], slack_webhook_url: receiver.url }, key)
+      const t = tracing(key, { exporter: 'proto' })
+      for (let i = 0; i < 3; i++) await t.span('chat gpt-4o', chat(agent))
+      expect(await agentOf(key, agent)).toMatchObject({ llm_calls: 3, is_paused: true, paused_reason: 'budget' })
+      await h.services.webhooks.drain()
+      expect(receiver.messages.filter((m) => m.text.includes(agent))).toHaveLength(1)
+      await t.provider.shutdown()
+    } finally {
+      await receiver.close()
+    }
   })
 
   it("keeps users apart, and refuses an export without a valid key", async () => {
