@@ -2,7 +2,7 @@
  * OTLP: spans per second through POST /v1/traces against events per second through
  * POST /events/batch, one embedded burnrate, the same calls in the same run.
  *
- *   node bench/otlp.ts [--seconds 10] [--batch 512] [--concurrency 4] [--agents 1000] [--rounds 2]
+ *   node bench/otlp.ts [--seconds 10] [--batch 512] [--concurrency 4] [--agents 1000] [--rounds 2] [--cpu-prof DIR]
  *
  * Each request carries `batch` model calls of gpt-4o (1000 in, 500 out) of agents taken in
  * turn: as OTLP, an ExportTraceServiceRequest in binary protobuf (the exporters' default) of
@@ -27,6 +27,8 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '4' },
     agents: { type: 'string', default: '1000' },
     rounds: { type: 'string', default: '2' },
+    // A directory for burnrate's V8 CPU profile (node --cpu-prof), read with bench/cpu-profile.ts.
+    'cpu-prof': { type: 'string' },
   },
 })
 const seconds = Number(values.seconds)
@@ -94,7 +96,7 @@ async function phase(url: string, key: string, kind: 'events' | 'spans'): Promis
 const dataDir = await mkdtemp(join(tmpdir(), 'burnrate-bench-otlp-'))
 const env: NodeJS.ProcessEnv = { ...process.env, DATA_DIR: dataDir, PORT: '0', METRICS_PORT: '0', LOG_LEVEL: 'info' }
 for (const name of STORE_ENV) delete env[name]
-const burnrate = await startBurnrate(env, join(dataDir, 'burnrate.log'), null)
+const burnrate = await startBurnrate(env, join(dataDir, 'burnrate.log'), values['cpu-prof'] ?? null)
 try {
   const key = await createKey(env, 'otlp')
   // Warm: every agent known, the JIT warm, both routes.

@@ -86,19 +86,30 @@ export function decodeRequest(signal: OtlpSignal, body: Buffer, encoding: OtlpEn
   }
   try {
     const message = signal.request.decode(bytes)
-    return hexIds(signal.request.toObject(message, { longs: String, bytes: String, enums: Number, arrays: true }))
+    return hexIds(signal.request.toObject(message, { longs: String, bytes: String, enums: Number, arrays: true }) as Record<string, unknown>)
   } catch (err) {
     throw new Problem('invalid_body', `the body is not an OTLP ${signal.request.name} in protobuf: ${(err as Error).message}`)
   }
 }
 
-/** The trace and span ids of a decoded message, base64 (protobufjs's bytes as text) to hex, as OTLP/JSON has them. */
-function hexIds(value: unknown): unknown {
-  if (Array.isArray(value)) return value.map(hexIds)
-  if (value === null || typeof value !== 'object') return value
-  const out: Record<string, unknown> = {}
-  for (const [k, v] of Object.entries(value)) out[k] = ID_FIELDS.has(k) && typeof v === 'string' ? Buffer.from(v, 'base64').toString('hex') : hexIds(v)
-  return out
+/**
+ * The trace and span ids of a decoded export, base64 (protobufjs's bytes as text) to hex, as
+ * OTLP/JSON has them: in place, on the spans and log records only (a copy of the whole tree
+ * was a fifth of the route's own time).
+ */
+function hexIds(message: Record<string, unknown>): Record<string, unknown> {
+  const records = (resources: unknown, scopes: string, items: string) => {
+    for (const r of (resources as Array<Record<string, unknown>> | undefined) ?? []) {
+      for (const s of (r[scopes] as Array<Record<string, unknown>> | undefined) ?? []) {
+        for (const item of (s[items] as Array<Record<string, unknown>> | undefined) ?? []) {
+          for (const k of ID_FIELDS) if (typeof item[k] === 'string') item[k] = Buffer.from(item[k], 'base64').toString('hex')
+        }
+      }
+    }
+  }
+  records(message.resourceSpans, 'scopeSpans', 'spans')
+  records(message.resourceLogs, 'scopeLogs', 'logRecords')
+  return message
 }
 
 /** An OTLP answer: `rejected` records and why (none: full success), in the request's encoding. */
