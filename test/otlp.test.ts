@@ -14,6 +14,7 @@ import { TRACES } from '../src/otlp/protocol.ts'
 import { eventIdOf } from '../src/otlp/spans.ts'
 import { startHarness, unique, type Harness } from './helpers/harness.ts'
 import { startReceiver } from './helpers/receiver.ts'
+import { startProxy } from '../clients/typescript/test/helpers/proxy.ts'
 
 /**
  * POST /v1/traces with the OpenTelemetry SDK and its own exporters (http/protobuf and
@@ -114,6 +115,25 @@ describe('POST /v1/traces', () => {
     expect(shown.events.map((e: { event_type: string }) => e.event_type).sort()).toEqual(['agent_end', 'agent_start', 'llm_call', 'llm_call', 'tool_call'])
     expect(shown.events.find((e: { event_type: string }) => e.event_type === 'tool_call')).toMatchObject({ tool_name: 'search' })
     await t.provider.shutdown()
+  })
+
+  it("counts an export once when the exporter sends it again because its first answer was lost", async () => {
+    const key = await h.key(unique('u'))
+    const agent = unique('cut')
+    const proxy = await startProxy(base)
+    try {
+      // Forwarded and stored, then the connection cut before the answer: the exporter retries.
+      proxy.on('POST /v1/traces', { kind: 'cut' }, 1)
+      const exporter = new ProtoExporter({ url: `${proxy.url}/v1/traces`, headers: { 'x-api-key': key } })
+      const provider = new BasicTracerProvider({ resource: resourceFromAttributes({ 'service.name': 'svc' }), spanProcessors: [new SimpleSpanProcessor(exporter)] })
+      provider.getTracer('t').startSpan('chat gpt-4o', { attributes: chat(agent) }).end()
+      await provider.forceFlush()
+      expect(proxy.count('POST /v1/traces')).toBe(2)
+      expect(await agentOf(key, agent)).toMatchObject({ llm_calls: 1, total_cost_usd: CHAT_NANO / 1e9 })
+      await provider.shutdown()
+    } finally {
+      await proxy.close()
+    }
   })
 
   it('counts a span sent again once: its event id comes from its trace and span ids', async () => {
