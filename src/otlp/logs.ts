@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto'
 import { z } from 'zod'
 import { Problem } from '../errors.ts'
-import { AttributeError, Attributes, attributes, uuidOf, type AttributeValue, type SpanOutcome } from './spans.ts'
+import { AttributeError, Attributes, attributeList, attributes, genAiTokens, MODEL_OPERATIONS, uuidOf, type AttributeValue, type SpanOutcome } from './spans.ts'
 
 /**
  * The log records of an OTLP logs export (OTLP/JSON shape, otlp/protocol.ts) that describe a
@@ -12,13 +12,11 @@ import { AttributeError, Attributes, attributes, uuidOf, type AttributeValue, ty
  * whenever an exporter sends it again.
  */
 
-const keyValue = z.object({ key: z.string(), value: z.unknown().optional() })
-
 const logsExport = z.looseObject({
   resourceLogs: z
     .array(
       z.looseObject({
-        resource: z.looseObject({ attributes: z.array(keyValue).optional() }).nullish(),
+        resource: z.looseObject({ attributes: attributeList }).nullish(),
         scopeLogs: z.array(z.looseObject({ logRecords: z.array(z.unknown()).nullish() })).nullish(),
       }),
     )
@@ -30,14 +28,13 @@ const logRecord = z.looseObject({
   observedTimeUnixNano: z.union([z.string(), z.number()]).optional(),
   eventName: z.string().optional(),
   body: z.unknown().optional(),
-  attributes: z.array(keyValue).optional(),
+  attributes: attributeList,
   traceId: z.string().optional(),
   spanId: z.string().optional(),
 })
 
 /** Claude Code's event of one API request (the record's event name, or its body). */
 const CLAUDE_CODE_REQUEST = new Set(['api_request', 'claude_code.api_request'])
-const MODEL_OPERATIONS = new Set(['chat', 'text_completion', 'generate_content', 'embeddings'])
 
 /** Each log record of an export with its resource's attributes; a Problem (400) when the export is not one. */
 export function logRecordsOf(body: unknown): Array<{ record: unknown; resource: Map<string, AttributeValue>; resourceList: unknown }> {
@@ -87,14 +84,7 @@ export function eventsOfLogRecord(raw: unknown, resource: Map<string, AttributeV
       const reported = a.number('cost_usd')
       if (reported !== undefined) metadata['claude_code.cost_usd'] = reported
     } else {
-      const cacheRead = a.count(['gen_ai.usage.cache_read.input_tokens'])
-      const cacheWrite = a.count(['gen_ai.usage.cache_creation.input_tokens'])
-      tokens = {
-        input_tokens: a.count(['gen_ai.usage.input_tokens', 'gen_ai.usage.prompt_tokens']) ?? 0,
-        output_tokens: a.count(['gen_ai.usage.output_tokens', 'gen_ai.usage.completion_tokens']) ?? 0,
-        ...(cacheRead === undefined ? {} : { cache_read_tokens: cacheRead }),
-        ...(cacheWrite === undefined ? {} : { cache_write_tokens: cacheWrite }),
-      }
+      tokens = genAiTokens(a)
       runId = r.traceId && /^[0-9a-fA-F]{32}$/.test(r.traceId) && !/^0+$/.test(r.traceId) ? r.traceId.toLowerCase() : undefined
     }
     const service = a.text('service.name')

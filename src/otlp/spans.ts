@@ -14,8 +14,8 @@ import { Problem } from '../errors.ts'
 /** An attribute's value as JavaScript has it: OTLP's AnyValue, unwrapped. */
 export type AttributeValue = string | number | boolean | null | AttributeValue[] | { [key: string]: AttributeValue }
 
-const keyValue = z.object({ key: z.string(), value: z.unknown().optional() })
-const attributeList = z.array(keyValue).optional()
+/** A record's or a resource's attributes, each value read by valueOf(). */
+export const attributeList = z.array(z.object({ key: z.string(), value: z.unknown().optional() })).optional()
 
 /** What a whole export must be; each span is judged on its own (a bad one is refused alone). */
 const traceExport = z.looseObject({
@@ -110,7 +110,19 @@ export class Attributes {
 export type SpanOutcome = { events: Array<Record<string, unknown>> } | { ignored: true } | { refused: string }
 
 /** The GenAI operations that are model calls (gen_ai.operation.name). */
-const MODEL_OPERATIONS = new Set(['chat', 'text_completion', 'generate_content', 'embeddings'])
+export const MODEL_OPERATIONS: ReadonlySet<string> = new Set(['chat', 'text_completion', 'generate_content', 'embeddings'])
+
+/** A GenAI record's token counts (`gen_ai.usage.*`, the current names then the older ones) as POST /events's token fields. */
+export function genAiTokens(a: Attributes): { input_tokens: number; output_tokens: number; cache_read_tokens?: number; cache_write_tokens?: number } {
+  const cacheRead = a.count(['gen_ai.usage.cache_read.input_tokens'])
+  const cacheWrite = a.count(['gen_ai.usage.cache_creation.input_tokens'])
+  return {
+    input_tokens: a.count(['gen_ai.usage.input_tokens', 'gen_ai.usage.prompt_tokens']) ?? 0,
+    output_tokens: a.count(['gen_ai.usage.output_tokens', 'gen_ai.usage.completion_tokens']) ?? 0,
+    ...(cacheRead === undefined ? {} : { cache_read_tokens: cacheRead }),
+    ...(cacheWrite === undefined ? {} : { cache_write_tokens: cacheWrite }),
+  }
+}
 
 /** How a span names its agent, in order (the first set wins); `configured`: OTLP_AGENT_ATTRIBUTE. */
 export function agentAttributes(configured: string): string[] {
@@ -155,22 +167,7 @@ export function eventsOfSpan(raw: unknown, resource: Map<string, AttributeValue>
     }
     if (isModelCall) {
       if (model === undefined) return { refused: `span ${spanId} is a model call without gen_ai.request.model or gen_ai.response.model` }
-      const cacheRead = a.count(['gen_ai.usage.cache_read.input_tokens'])
-      const cacheWrite = a.count(['gen_ai.usage.cache_creation.input_tokens'])
-      return {
-        events: [
-          {
-            ...base,
-            event_type: 'llm_call',
-            event_id: eventIdOf(traceId, spanId, 'llm_call'),
-            model,
-            input_tokens: input ?? 0,
-            output_tokens: output ?? 0,
-            ...(cacheRead === undefined ? {} : { cache_read_tokens: cacheRead }),
-            ...(cacheWrite === undefined ? {} : { cache_write_tokens: cacheWrite }),
-          },
-        ],
-      }
+      return { events: [{ ...base, event_type: 'llm_call', event_id: eventIdOf(traceId, spanId, 'llm_call'), model, ...genAiTokens(a) }] }
     }
     if (isTool) {
       return { events: [{ ...base, event_type: 'tool_call', event_id: eventIdOf(traceId, spanId, 'tool_call'), tool_name: a.text('gen_ai.tool.name') ?? s.name ?? 'tool' }] }
