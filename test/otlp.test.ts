@@ -176,6 +176,8 @@ describe('POST /v1/traces', () => {
                 span(3, good.filter((a) => a.key !== 'gen_ai.request.model')),
                 // No ids: cannot be counted once.
                 { name: 'no ids', attributes: good },
+                // An agent named with a lone UTF-16 surrogate: refused as POST /events refuses it.
+                span(4, good.map((a) => (a.key === 'gen_ai.agent.name' ? { key: a.key, value: { stringValue: 'bad\ud800' } } : a))),
               ],
             },
           ],
@@ -184,13 +186,14 @@ describe('POST /v1/traces', () => {
     }
     const r = await h.app.inject({ method: 'POST', url: '/v1/traces', headers: { 'x-api-key': key, 'content-type': 'application/json' }, payload: JSON.stringify(body) })
     expect(r.statusCode).toBe(200)
-    expect(r.json()).toEqual({ partialSuccess: { rejectedSpans: '3', errorMessage: expect.stringContaining('gen_ai.usage.input_tokens must be a whole number of tokens') } })
+    expect(r.json()).toEqual({ partialSuccess: { rejectedSpans: '4', errorMessage: expect.stringContaining('gen_ai.usage.input_tokens must be a whole number of tokens') } })
     expect(await agentOf(key, agent)).toMatchObject({ llm_calls: 1 })
 
     for (const [type, payload] of [
       ['application/x-protobuf', Buffer.from([0xff, 0xff, 0xff])],
       ['application/json', '{"resourceSpans": 7}'],
       ['application/json', 'not json'],
+      ['application/json', Buffer.from([0x7b, 0xff, 0x7d])],
     ] as const) {
       const bad = await h.app.inject({ method: 'POST', url: '/v1/traces', headers: { 'x-api-key': key, 'content-type': type }, payload })
       expect(bad.statusCode).toBe(400)

@@ -1,6 +1,7 @@
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { gunzipSync } from 'node:zlib'
+import { isUtf8 } from 'node:buffer'
 import protobuf from 'protobufjs'
 import { Problem } from '../errors.ts'
 
@@ -78,6 +79,8 @@ export function decodeRequest(signal: OtlpSignal, body: Buffer, encoding: OtlpEn
     throw new Problem('unsupported_media_type', `Content-Encoding ${coding} is not taken: send gzip or none`)
   }
   if (encoding === 'json') {
+    // As POST /events takes JSON: bytes that are UTF-8, or a 400 (never U+FFFD in their place).
+    if (!isUtf8(bytes)) throw new Problem('invalid_json', 'the body is not valid UTF-8')
     try {
       return JSON.parse(bytes.toString('utf8')) as unknown
     } catch (err) {
