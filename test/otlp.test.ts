@@ -14,7 +14,7 @@ import { TRACES } from '../src/otlp/protocol.ts'
 import { eventIdOf } from '../src/otlp/spans.ts'
 import { startHarness, unique, type Harness } from './helpers/harness.ts'
 import { startReceiver } from './helpers/receiver.ts'
-import { startProxy } from '../clients/typescript/test/helpers/proxy.ts'
+import { startProxy } from './helpers/proxy.ts'
 
 /**
  * POST /v1/traces with the OpenTelemetry SDK and its own exporters (http/protobuf and

@@ -7,7 +7,7 @@ import { promisify } from 'node:util'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { api, cleanup, createKey, drained, freshDataDir, nano, startServe, waitFor, type ServerProcess } from '../../../test/helpers/process.ts'
 import { Burnrate, BurnrateError, type BurnrateOptions } from '../src/index.ts'
-import { deadPort, startProxy, type Proxy, type Seen } from './helpers/proxy.ts'
+import { deadPort, startProxy, type Proxy, type Seen } from '../../../test/helpers/proxy.ts'
 
 // The buffered mode against a real `burnrate serve` (embedded chDB, in-memory hot state),
 // started for this file: tool calls, starts, ends and flagged llm_calls go in POST

@@ -7,7 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest
 import { api, cleanup, createKey, drained, freshDataDir, nano, startServe, waitFor, type ServerProcess } from '../../../test/helpers/process.ts'
 import { startReceiver, type Receiver } from '../../../test/helpers/receiver.ts'
 import { Burnrate, BurnrateError, fromAnthropic, fromOpenAIChat, fromOpenAIResponses, type BurnrateOptions } from '../src/index.ts'
-import { deadPort, startProxy, type Proxy } from './helpers/proxy.ts'
+import { deadPort, startProxy, type Proxy } from '../../../test/helpers/proxy.ts'
 
 // The TypeScript client against a real `burnrate serve` (embedded chDB, in-memory hot
 // state), started for this file. Where a test needs the network to misbehave, a real

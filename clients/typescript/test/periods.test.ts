@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { api, cleanup, createKey, drained, freshDataDir, nano, startServe, type ServerProcess } from '../../../test/helpers/process.ts'
 import { Burnrate, type BurnrateError, type BurnrateOptions } from '../src/index.ts'
-import { startProxy, type Proxy } from './helpers/proxy.ts'
+import { startProxy, type Proxy } from '../../../test/helpers/proxy.ts'
 
 // Period budgets through the client, against a real `burnrate serve` (embedded chDB, in-memory
 // hot state: the shared Redis state refuses period budgets).

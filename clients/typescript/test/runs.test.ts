@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest'
 import { api, cleanup, createKey, drained, freshDataDir, startServe, type ServerProcess } from '../../../test/helpers/process.ts'
 import { Burnrate, type BurnrateError, type BurnrateOptions } from '../src/index.ts'
-import { startProxy, type Proxy, type Seen } from './helpers/proxy.ts'
+import { startProxy, type Proxy, type Seen } from '../../../test/helpers/proxy.ts'
 
 // Runs in the TypeScript client, against a real `burnrate serve` (embedded chDB, in-memory hot
 // state) started for this file: the run id start() makes and every event carries until end(),
