@@ -63,6 +63,7 @@ export function eventsOfLogRecord(raw: unknown, resource: Map<string, AttributeV
   const body = r.body !== null && typeof r.body === 'object' && 'stringValue' in r.body ? String((r.body as { stringValue: unknown }).stringValue) : undefined
   try {
     const name = r.eventName || a.text('event.name') || body
+    if (name !== undefined && !name.isWellFormed()) return { refused: 'a log record whose event name is not well-formed Unicode' }
     const claudeCode = name !== undefined && CLAUDE_CODE_REQUEST.has(name)
     const operation = a.text('gen_ai.operation.name')
     const model = claudeCode ? a.text('model') : a.text('gen_ai.response.model', 'gen_ai.request.model')

@@ -68,11 +68,16 @@ export class Attributes {
     this.#resource = resource
   }
 
-  /** The first of `names` that is set, as a non-empty string (a number is taken as its text). */
+  /**
+   * The first of `names` that is set, as a non-empty string (a number is taken as its text).
+   * Every string of an event comes through here, so here it meets POST /events's edge check
+   * (schemas/well-formed.ts): well-formed Unicode, which OTLP/JSON's \u escapes need not be.
+   */
   text(...names: string[]): string | undefined {
     for (const name of names) {
       const v = this.#span.get(name) ?? this.#resource.get(name)
       if (v === undefined || v === null) continue
+      if (typeof v === 'string' && !v.isWellFormed()) throw new AttributeError(`${name} must be well-formed Unicode (it holds a lone UTF-16 surrogate)`)
       if (typeof v === 'string' && v !== '') return v
       if (typeof v === 'number') return String(v)
       if (typeof v !== 'string') throw new AttributeError(`${name} must be a string`)
@@ -170,7 +175,8 @@ export function eventsOfSpan(raw: unknown, resource: Map<string, AttributeValue>
       return { events: [{ ...base, event_type: 'llm_call', event_id: eventIdOf(traceId, spanId, 'llm_call'), model, ...genAiTokens(a) }] }
     }
     if (isTool) {
-      return { events: [{ ...base, event_type: 'tool_call', event_id: eventIdOf(traceId, spanId, 'tool_call'), tool_name: a.text('gen_ai.tool.name') ?? s.name ?? 'tool' }] }
+      const toolName = a.text('gen_ai.tool.name') ?? (s.name?.isWellFormed() ? s.name : undefined) ?? 'tool'
+      return { events: [{ ...base, event_type: 'tool_call', event_id: eventIdOf(traceId, spanId, 'tool_call'), tool_name: toolName }] }
     }
     return {
       events: [
