@@ -155,6 +155,27 @@ function storageSuite(open: () => Promise<{ client: ClickHouseClient; close: () 
     expect(await dimensionKeys(client, 'u', { fromMs: hour, toMs: hour + 3_600_000, limit: 10 })).toEqual([{ key: 'customer', events: 1 }])
   })
 
+  it('stores the records of a batch the shipper sends again once, and their audit records once', async () => {
+    const user = 'records-twice'
+    const at = '2026-06-01 10:20:00.000'
+    const rows: Record<string, object> = {
+      pause_transitions: { user_id: user, agent_id: 'a', at, version: 1, is_paused: true, reason: 'budget', override: false, total_nano: 5, actor: 'system' },
+      budget_alerts: { user_id: user, agent_id: 'a', at, version: 2, level: 0.8, total_nano: 4, threshold_nano: 5 },
+      ignored_pauses: { user_id: user, agent_id: 'a', at, version: 3, paused_at_ms: 1, calls: 1, cost_nano: 1 },
+      run_stops: { user_id: user, agent_id: 'a', run_id: 'r', at, version: 4, spent_nano: 6, held_nano: 0, budget_nano: 5 },
+    }
+    for (let attempt = 0; attempt < 2; attempt++) {
+      // As the shipper sends a batch again after a crash between its INSERT and its commit.
+      for (const [table, r] of Object.entries(rows)) await insertJsonLines(client, table, Buffer.from(JSON.stringify(r) + '\n'), `journal:records:${table}`)
+    }
+    for (const table of Object.keys(rows)) {
+      const rs = await client.query({ query: `SELECT count() AS n FROM ${table} WHERE user_id = {u:String}`, query_params: { u: user }, format: 'JSONEachRow' })
+      expect((await rs.json<{ n: string }>())[0]!.n, table).toBe('1')
+    }
+    const audit = await client.query({ query: 'SELECT action FROM audit_log WHERE user_id = {u:String} ORDER BY action', query_params: { u: user }, format: 'JSONEachRow' })
+    expect((await audit.json<{ action: string }>()).map((r) => r.action)).toEqual(['alert', 'ignoring_pause', 'pause', 'run_paused'])
+  })
+
   it('inserts rows kept as JSON lines as they are, once per token', async () => {
     const id = (n: number) => `00000000-0000-4000-b000-${String(n).padStart(12, '0')}`
     const lines = [row({ event_id: id(1), at: T, agent_id: 'lines', metadata: '{"q":"a\\nb"}' }), row({ event_id: id(2), at: T + 1, agent_id: 'lines' })].map((r) => JSON.stringify(r))
