@@ -8,6 +8,7 @@ import { costDimensionsParams, costsParams } from './schemas/costs.ts'
 import { agentParams, agentQuery, agentsQuery, auditQuery, eventsQuery, hourlyQuery } from './schemas/query.ts'
 import { runParams, runsQuery } from './schemas/runs.ts'
 import { exportQuery } from './schemas/export.ts'
+import { OTLP_MEDIA_TYPES } from './otlp/protocol.ts'
 import {
   agentReply,
   agentsReply,
@@ -62,6 +63,9 @@ const COMMON: readonly ProblemCode[] = ['unauthorized', 'rate_limited', 'interna
 /** What any route with a JSON body may answer. */
 const BODY: readonly ProblemCode[] = ['invalid_body', 'invalid_json', 'payload_too_large', 'unsupported_media_type']
 
+/** What the OTLP routes take and answer: an export in either of its encodings (otlp/protocol.ts). */
+const OTLP_FILES = { files: Object.values(OTLP_MEDIA_TYPES) }
+
 export const ROUTES: readonly RouteDoc[] = [
   { method: 'get', path: '/healthz', summary: 'The process answers', tag: 'health', auth: false, reply: okReply, errors: [] },
   {
@@ -101,8 +105,8 @@ export const ROUTES: readonly RouteDoc[] = [
       'OTLP/HTTP traces (ExportTraceServiceRequest, protobuf or OTLP/JSON, gzip or not), as the OpenTelemetry exporters send them: GenAI model calls become llm_calls, tool executions tool_calls, agent invocations a run; other spans are ignored. Answered with ExportTraceServiceResponse (partial_success counts refused spans), or a 400 with a google.rpc.Status, in the request\'s encoding. The API key as x-api-key or Authorization: Bearer',
     tag: 'ingest',
     auth: true,
-    body: { files: ['application/x-protobuf', 'application/json'] },
-    reply: { files: ['application/x-protobuf', 'application/json'] },
+    body: OTLP_FILES,
+    reply: OTLP_FILES,
     errors: ['payload_too_large', 'unsupported_media_type', 'journal_full'],
   },
   {
@@ -112,8 +116,8 @@ export const ROUTES: readonly RouteDoc[] = [
       'OTLP/HTTP logs (ExportLogsServiceRequest, protobuf or OTLP/JSON, gzip or not): Claude Code\'s api_request events and GenAI model-call events become llm_calls; other records are ignored. Answered as POST /v1/traces answers (partial_success counts refused log records)',
     tag: 'ingest',
     auth: true,
-    body: { files: ['application/x-protobuf', 'application/json'] },
-    reply: { files: ['application/x-protobuf', 'application/json'] },
+    body: OTLP_FILES,
+    reply: OTLP_FILES,
     errors: ['payload_too_large', 'unsupported_media_type', 'journal_full'],
   },
   {

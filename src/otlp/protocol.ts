@@ -117,9 +117,10 @@ function hexIds(message: Record<string, unknown>): Record<string, unknown> {
 
 /** An OTLP answer: `rejected` records and why (none: full success), in the request's encoding. */
 export function encodeResponse(signal: OtlpSignal, encoding: OtlpEncoding, rejected: number, errorMessage: string): Buffer | object {
-  const partial = rejected > 0 || errorMessage !== '' ? { partialSuccess: { [signal.rejected]: rejected, errorMessage } } : {}
-  if (encoding === 'json') return rejected > 0 || errorMessage !== '' ? { partialSuccess: { [signal.rejected]: String(rejected), errorMessage } } : {}
-  return Buffer.from(signal.response.encode(signal.response.fromObject(partial)).finish())
+  const whole = rejected === 0 && errorMessage === ''
+  // OTLP/JSON writes a 64-bit count as decimal text.
+  if (encoding === 'json') return whole ? {} : { partialSuccess: { [signal.rejected]: String(rejected), errorMessage } }
+  return Buffer.from(signal.response.encode(signal.response.fromObject(whole ? {} : { partialSuccess: { [signal.rejected]: rejected, errorMessage } })).finish())
 }
 
 /** An OTLP error answer's body (google.rpc.Status), in the request's encoding; `code`: a gRPC code (3: INVALID_ARGUMENT). */

@@ -159,13 +159,15 @@ export function eventsOfSpan(raw: unknown, resource: Map<string, AttributeValue>
     if (agentId === undefined) return { refused: `span ${s.spanId} names no agent (${agentNames.join(', ')})` }
     const traceId = s.traceId.toLowerCase()
     const spanId = s.spanId.toLowerCase()
+    const provider = a.text('gen_ai.provider.name', 'gen_ai.system')
+    const service = a.text('service.name')
     const base = {
       agent_id: agentId,
       run_id: traceId,
       metadata: {
         ...(operation === undefined ? {} : { 'gen_ai.operation.name': operation }),
-        ...(a.text('gen_ai.provider.name', 'gen_ai.system') === undefined ? {} : { 'gen_ai.provider.name': a.text('gen_ai.provider.name', 'gen_ai.system')! }),
-        ...(a.text('service.name') === undefined ? {} : { 'service.name': a.text('service.name')! }),
+        ...(provider === undefined ? {} : { 'gen_ai.provider.name': provider }),
+        ...(service === undefined ? {} : { 'service.name': service }),
         'otel.trace_id': traceId,
         'otel.span_id': spanId,
       },
