@@ -209,7 +209,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   )
 
   const limits = routeLimits(deps.config)
-  await app.register(healthRoutes(deps.clickhouse, deps.hotState, deps.journal, deps.deadLetters ?? (() => 0)))
+  await app.register(healthRoutes(deps.clickhouse, deps.hotState, deps.journal, deps.deadLetters ?? (() => 0), deps.config.retention))
   await app.register(eventsRoutes(deps.ingest, limits))
   await app.register(otlpRoutes(deps.ingest, limits, { agentAttributes: agentAttributes(deps.config.otlp.agentAttribute), onExport: deps.onOtlpExport }))
   await app.register(holdsRoutes(deps.holds, limits))

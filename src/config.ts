@@ -1,6 +1,7 @@
 import { resolve } from 'node:path'
 import { z } from 'zod'
 import { DEFAULT_PARTITIONS } from './storage/redis-keys.ts'
+import { retentionProblems, type Retention } from './storage/retention.ts'
 
 const bool = z
   .enum(['true', 'false', '1', '0', 'yes', 'no'])
@@ -26,6 +27,8 @@ export const duration = z.string().transform((s, ctx) => {
   return ms
 })
 const positiveInt = z.coerce.number().int().positive()
+// Days of a retention: a whole number, at most 100 years.
+const days = z.coerce.number().int().min(1).max(36_500)
 
 /** Every environment variable burnrate reads, parsed once at start-up; its keys are their names. */
 export const envSchema = z.object({
@@ -79,6 +82,10 @@ export const envSchema = z.object({
   RUN_ABANDONED_AFTER: duration.default(24 * DURATION_UNITS_MS.h),
   // The span or resource attribute that names an OTLP span's agent before the GenAI ones.
   OTLP_AGENT_ATTRIBUTE: z.string().min(1).max(256).default('burnrate.agent_id'),
+  // How long ClickHouse keeps events, hourly totals and audit records (days); unset: forever.
+  EVENTS_RETENTION_DAYS: days.optional(),
+  HOURLY_RETENTION_DAYS: days.optional(),
+  AUDIT_RETENTION_DAYS: days.optional(),
   TRUST_PROXY: bool.default(false),
   METRICS_PORT: port.optional(),
   // Replicas that must hold a write before it is answered (WAIT), and how long to wait.
@@ -88,7 +95,12 @@ export const envSchema = z.object({
   REDIS_PARTITIONS: z.coerce.number().int().min(1).max(16384).default(DEFAULT_PARTITIONS),
 }).superRefine((e, ctx) => {
   if (e.REDIS_URL && e.REDIS_CLUSTER_NODES) ctx.addIssue({ code: 'custom', path: ['REDIS_CLUSTER_NODES'], message: 'set REDIS_URL (one Redis) or REDIS_CLUSTER_NODES (a cluster), not both' })
+  for (const { setting, reason } of retentionProblems(retentionOf(e))) ctx.addIssue({ code: 'custom', path: [setting], message: reason })
 })
+
+function retentionOf(e: { EVENTS_RETENTION_DAYS?: number | undefined; HOURLY_RETENTION_DAYS?: number | undefined; AUDIT_RETENTION_DAYS?: number | undefined }): Retention {
+  return { eventsDays: e.EVENTS_RETENTION_DAYS ?? null, hourlyDays: e.HOURLY_RETENTION_DAYS ?? null, auditDays: e.AUDIT_RETENTION_DAYS ?? null }
+}
 
 export type RedisTarget =
   | { readonly kind: 'single'; readonly url: string }
@@ -164,6 +176,8 @@ export interface Config {
   readonly trustProxy: boolean
   /** Prometheus metrics listener; off when unset. */
   readonly metricsPort?: number
+  /** How long ClickHouse keeps each kind of data (the TTLs set at start-up). */
+  readonly retention: Retention
 }
 
 export class ConfigError extends Error {
@@ -206,5 +220,6 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     authFailuresPerMinute: e.AUTH_FAILURES_PER_MINUTE,
     trustProxy: e.TRUST_PROXY,
     metricsPort: e.METRICS_PORT,
+    retention: retentionOf(e),
   })
 }

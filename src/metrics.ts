@@ -44,6 +44,8 @@ export function createMetrics(sources: {
   agents: () => number
   /** ClickHouse's merges and parts, read at each scrape (a scrape that cannot read them keeps the last figures). */
   merges?: () => Promise<MergeStats>
+  /** The oldest event ClickHouse keeps (epoch ms; null: none). */
+  oldestEvent?: () => Promise<number | null>
 }): Metrics {
   const registry = new Registry()
   collectDefaultMetrics({ register: registry })
@@ -62,6 +64,19 @@ export function createMetrics(sources: {
   // A count the journal keeps itself.
   if (stats) followingCounter(registry, 'burnrate_journal_writes_total', 'Group writes of the embedded journal (rows appended together share one)', () => stats.writes)
   if (sources.merges) clickhouseMetrics(registry, sources.merges)
+  const { oldestEvent } = sources
+  if (oldestEvent) {
+    new Gauge({
+      name: 'burnrate_oldest_event_timestamp_seconds',
+      help: 'Time of the oldest event ClickHouse keeps (retention: EVENTS_RETENTION_DAYS), in Unix seconds; absent while it keeps none',
+      registers: [registry],
+      collect: async function (this: Gauge) {
+        const ms = await oldestEvent()
+        if (ms === null) this.reset()
+        else this.set(ms / 1000)
+      },
+    })
+  }
   const pauses = new Counter({
     name: 'burnrate_pauses_total',
     help: 'Pauses by scope (agent, fleet) and reason (budget, velocity: by the rules; manual: POST /config/pause)',

@@ -33,6 +33,7 @@ import { createPriceTable, loadPricesFile } from './pricing/price-table.ts'
 import { createClickHouse } from './storage/clickhouse.ts'
 import { agentTotals } from './storage/events.ts'
 import { migrate } from './storage/migrations.ts'
+import { applyRetention, oldestEventReader } from './storage/retention.ts'
 import { Cluster } from 'ioredis'
 import { checkPersistence, createRedis, KEY_REVOKED_CHANNEL, watch, type RedisClient } from './storage/redis.ts'
 import { windowStartMs } from './rolling-day.ts'
@@ -77,6 +78,8 @@ export async function openServices(
   const clickhouse = createClickHouse(config)
   const applied = await migrate(clickhouse)
   if (applied.length > 0) log.info({ applied }, 'applied migrations')
+  const retention = await applyRetention(clickhouse, config.retention)
+  if (retention.length > 0) log.info({ retention }, 'applied retention')
 
   // Two homes for the hot state and its journal: in process with a segment log
   // under DATA_DIR, or Redis with its streams, shared by every instance.
@@ -119,7 +122,7 @@ export async function openServices(
       runIdleMs: config.runAbandonedAfterMs,
       replicaWait: config.redisWait,
     })
-  const metrics = createMetrics({ journal: segmentLog ?? redisJournal!, agents: () => memory?.size ?? Number.NaN, merges: () => mergeStats(clickhouse) })
+  const metrics = createMetrics({ journal: segmentLog ?? redisJournal!, agents: () => memory?.size ?? Number.NaN, merges: () => mergeStats(clickhouse), oldestEvent: oldestEventReader(clickhouse) })
   const webhooks = new WebhookNotifier({
     allowPrivate: config.webhook.allowPrivate,
     timeoutMs: config.webhook.timeoutMs,

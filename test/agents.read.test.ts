@@ -168,6 +168,15 @@ describe('GET /agents/{agent_id}/hourly', () => {
 describe('GET /healthz and /readyz', () => {
   it('answer without a key', async () => {
     expect((await h.get('/healthz', null)).json()).toEqual({ ok: true })
-    expect((await h.get('/readyz', null)).json()).toEqual({ ok: true, clickhouse: 'up', hot_state: 'up', journal: { rows: 0, bytes: 0, oldest_age_seconds: 0, dead_letters: 0 } })
+    const ready = (await h.get('/readyz', null)).json()
+    expect(ready).toEqual({
+      ok: true,
+      clickhouse: 'up',
+      hot_state: 'up',
+      journal: { rows: 0, bytes: 0, oldest_age_seconds: 0, dead_letters: 0 },
+      // Kept forever by default; the oldest event is one of this file's tests'.
+      retention: { events_days: null, hourly_days: null, audit_days: null, oldest_event_at: expect.any(String) },
+    })
+    expect(Date.parse(ready.retention.oldest_event_at)).toBeLessThanOrEqual(Date.now())
   })
 })

@@ -82,6 +82,9 @@ describe('metrics (METRICS_PORT)', () => {
       const before = await scrape()
       expect(sample(before, 'burnrate_clickhouse_active_parts{table="events"}')).toBeGreaterThanOrEqual(1)
       expect(sample(before, 'burnrate_clickhouse_active_parts{table="hourly_cost"}')).toBeGreaterThanOrEqual(1)
+      // The oldest event kept: one of this file's, so within the last minutes.
+      expect(sample(before, 'burnrate_oldest_event_timestamp_seconds')).toBeGreaterThan(Date.now() / 1000 - 600)
+      expect(sample(before, 'burnrate_oldest_event_timestamp_seconds')).toBeLessThanOrEqual(Date.now() / 1000)
       const merges = sample(before, 'burnrate_clickhouse_merges_total')
       const seconds = sample(before, 'burnrate_clickhouse_merge_seconds_total')
       await h.services.clickhouse.command({ query: 'OPTIMIZE TABLE events FINAL' })

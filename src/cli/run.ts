@@ -10,6 +10,7 @@ import { startServer } from '../server.ts'
 import { createClickHouse } from '../storage/clickhouse.ts'
 import type { ApiKeyRecord } from '../storage/keys.ts'
 import { migrate } from '../storage/migrations.ts'
+import { applyRetention } from '../storage/retention.ts'
 import { Problem } from '../errors.ts'
 import { parse } from '../routes/parse.ts'
 import { exportQuery, exportRange, type ExportRange } from '../schemas/export.ts'
@@ -94,7 +95,7 @@ async function migrateCommand(config: Config): Promise<number> {
     complain(`burnrate migrate: a burnrate server is running on DATA_DIR ${config.dataDir} and holds its ClickHouse; it applied the migrations when it started`)
     return 1
   }
-  const applied = await withClickHouse(config, (clickhouse) => migrate(clickhouse))
+  const applied = await withClickHouse(config, async (clickhouse) => [...(await migrate(clickhouse)), ...(await applyRetention(clickhouse, config.retention))])
   say(applied.length > 0 ? `applied ${applied.join(', ')}` : 'the schema is up to date')
   return 0
 }

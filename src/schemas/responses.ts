@@ -41,6 +41,14 @@ export const readyReply = z.strictObject({
   clickhouse: z.enum(['up', 'down']),
   hot_state: z.literal('up'),
   journal: z.strictObject({ rows: z.number().int(), bytes: z.number().int(), oldest_age_seconds: z.number(), dead_letters: z.number().int() }),
+  retention: z
+    .strictObject({
+      events_days: z.number().int().nullable(),
+      hourly_days: z.number().int().nullable(),
+      audit_days: z.number().int().nullable(),
+      oldest_event_at: iso.nullable().describe('the oldest event ClickHouse keeps (read at most once a minute); null when none, or before ClickHouse first answered'),
+    })
+    .describe('how many days ClickHouse keeps events, hourly totals and audit records (null: forever), and the oldest event kept'),
 })
 
 export const eventReply = z.strictObject({
