@@ -13,7 +13,7 @@ import type { Config } from './config.ts'
 import { Problem, StoreUnavailableError, type ProblemCode } from './errors.ts'
 import { RateLimitedError, type HotState } from './hot-state/types.ts'
 import type { RedisClient } from './storage/redis.ts'
-import { JournalFullError, type JournalStatus } from './journal/types.ts'
+import { DiskFullError, JournalFullError, type JournalStatus } from './journal/types.ts'
 import type { IngestService } from './ingest/service.ts'
 import type { HoldService } from './holds/service.ts'
 import { agentsRoutes } from './routes/agents.ts'
@@ -230,6 +230,9 @@ function sendProblem(reply: FastifyReply, problem: Problem): FastifyReply {
 
 function toProblem(err: FastifyError, request: FastifyRequest): Problem {
   if (err instanceof Problem) return err
+  if (err instanceof DiskFullError) {
+    return new Problem('disk_full', `${err.message}: events are refused until space is freed there (nothing acknowledged is lost); retry with the same event_id`, { retryAfter: 5, cause: err })
+  }
   if (err instanceof JournalFullError) {
     return new Problem('journal_full', `${err.message}; ClickHouse is behind, retry with the same event_id`, { retryAfter: 5, cause: err })
   }

@@ -73,6 +73,8 @@ export const envSchema = z.object({
   JOURNAL_FSYNC: bool.default(false),
   JOURNAL_MAX_ROWS: positiveInt.default(1_000_000),
   JOURNAL_LEASE_MS: z.coerce.number().int().min(300).default(10_000),
+  // Free space DATA_DIR's filesystem keeps (embedded): under it, events are refused (503 disk_full).
+  DISK_MIN_FREE_MB: z.coerce.number().int().min(0).default(256),
   SHIP_INTERVAL_MS: positiveInt.default(1000),
   SHIP_MAX_ROWS: positiveInt.default(50_000),
   KEY_CACHE_TTL_MS: z.coerce.number().int().min(0).default(5000),
@@ -162,6 +164,8 @@ export interface Config {
    * another instance takes it over and ships it.
    */
   readonly journal: { readonly fsync: boolean; readonly maxRows: number; readonly leaseMs: number }
+  /** Free bytes DATA_DIR's filesystem keeps (embedded: the journal refuses events under it; 0: never). */
+  readonly diskMinFreeBytes: number
   /** The shipper: a batch at most this often under load, and at most this many rows. */
   readonly ship: { readonly intervalMs: number; readonly maxRows: number }
   readonly keyCacheTtlMs: number
@@ -212,6 +216,7 @@ export function loadConfig(env: NodeJS.ProcessEnv = process.env): Config {
     exports: { concurrency: e.EXPORT_CONCURRENCY, stallTimeoutMs: e.EXPORT_STALL_TIMEOUT_MS },
     webhook: { allowPrivate: e.WEBHOOK_ALLOW_PRIVATE, timeoutMs: e.WEBHOOK_TIMEOUT_MS },
     journal: { fsync: e.JOURNAL_FSYNC, maxRows: e.JOURNAL_MAX_ROWS, leaseMs: e.JOURNAL_LEASE_MS },
+    diskMinFreeBytes: e.DISK_MIN_FREE_MB * 1024 * 1024,
     ship: { intervalMs: e.SHIP_INTERVAL_MS, maxRows: e.SHIP_MAX_ROWS },
     keyCacheTtlMs: e.KEY_CACHE_TTL_MS,
     pauseGraceMs: e.PAUSE_GRACE_MS,

@@ -17,6 +17,7 @@ export const PROBLEMS = {
   rate_limited: { status: 429, title: 'Too many requests' },
   internal: { status: 500, title: 'Internal server error' },
   store_unavailable: { status: 503, title: 'A backing store is unavailable' },
+  disk_full: { status: 503, title: "DATA_DIR's filesystem is under its bound of free space" },
   journal_full: { status: 503, title: 'The journal holds its bound of events not yet stored in ClickHouse' },
   export_busy: { status: 503, title: 'This instance runs as many exports as it may' },
 } as const satisfies Record<string, { status: number; title: string }>

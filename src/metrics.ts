@@ -44,6 +44,8 @@ export function createMetrics(sources: {
   agents: () => number
   /** ClickHouse's merges and parts, read at each scrape (a scrape that cannot read them keeps the last figures). */
   merges?: () => Promise<MergeStats>
+  /** Free bytes of DATA_DIR's filesystem as the embedded journal last read them. */
+  freeBytes?: () => number
   /** The oldest event ClickHouse keeps (epoch ms; null: none). */
   oldestEvent?: () => Promise<number | null>
 }): Metrics {
@@ -64,6 +66,8 @@ export function createMetrics(sources: {
   // A count the journal keeps itself.
   if (stats) followingCounter(registry, 'burnrate_journal_writes_total', 'Group writes of the embedded journal (rows appended together share one)', () => stats.writes)
   if (sources.merges) clickhouseMetrics(registry, sources.merges)
+  const { freeBytes } = sources
+  if (freeBytes) gauge('burnrate_data_dir_free_bytes', "Free bytes of DATA_DIR's filesystem (embedded): under DISK_MIN_FREE_MB events are refused", freeBytes)
   const { oldestEvent } = sources
   if (oldestEvent) {
     new Gauge({

@@ -85,7 +85,7 @@ export const ROUTES: readonly RouteDoc[] = [
     auth: true,
     body: eventBody,
     reply: eventReply,
-    errors: [...BODY, 'hold_not_found', 'journal_full'],
+    errors: [...BODY, 'hold_not_found', 'journal_full', 'disk_full'],
   },
   {
     method: 'post',
@@ -96,7 +96,7 @@ export const ROUTES: readonly RouteDoc[] = [
     auth: true,
     body: batchBodyDoc,
     reply: batchReply,
-    errors: [...BODY, 'journal_full'],
+    errors: [...BODY, 'journal_full', 'disk_full'],
   },
   {
     method: 'post',
@@ -107,7 +107,7 @@ export const ROUTES: readonly RouteDoc[] = [
     auth: true,
     body: OTLP_FILES,
     reply: OTLP_FILES,
-    errors: ['payload_too_large', 'unsupported_media_type', 'journal_full'],
+    errors: ['payload_too_large', 'unsupported_media_type', 'journal_full', 'disk_full'],
   },
   {
     method: 'post',
@@ -118,7 +118,7 @@ export const ROUTES: readonly RouteDoc[] = [
     auth: true,
     body: OTLP_FILES,
     reply: OTLP_FILES,
-    errors: ['payload_too_large', 'unsupported_media_type', 'journal_full'],
+    errors: ['payload_too_large', 'unsupported_media_type', 'journal_full', 'disk_full'],
   },
   {
     method: 'post',

@@ -90,6 +90,7 @@ export async function openServices(
         dir: join(config.dataDir, 'journal'),
         fsync: config.journal.fsync,
         maxRows: config.journal.maxRows,
+        minFreeBytes: config.diskMinFreeBytes,
         onFailure: (err) => {
           log.fatal({ err }, 'the journal could not be written: stopping, a restart rebuilds from what is durable')
           opts.onJournalFailure?.(err)
@@ -122,7 +123,7 @@ export async function openServices(
       runIdleMs: config.runAbandonedAfterMs,
       replicaWait: config.redisWait,
     })
-  const metrics = createMetrics({ journal: segmentLog ?? redisJournal!, agents: () => memory?.size ?? Number.NaN, merges: () => mergeStats(clickhouse), oldestEvent: oldestEventReader(clickhouse) })
+  const metrics = createMetrics({ journal: segmentLog ?? redisJournal!, agents: () => memory?.size ?? Number.NaN, merges: () => mergeStats(clickhouse), oldestEvent: oldestEventReader(clickhouse), freeBytes: segmentLog ? () => segmentLog.freeBytes : undefined })
   const webhooks = new WebhookNotifier({
     allowPrivate: config.webhook.allowPrivate,
     timeoutMs: config.webhook.timeoutMs,

@@ -173,7 +173,7 @@ describe('GET /healthz and /readyz', () => {
       ok: true,
       clickhouse: 'up',
       hot_state: 'up',
-      journal: { rows: 0, bytes: 0, oldest_age_seconds: 0, dead_letters: 0 },
+      journal: { rows: 0, bytes: 0, oldest_age_seconds: 0, disk_full: false, dead_letters: 0 },
       // Kept forever by default; the oldest event is one of this file's tests'.
       retention: { events_days: null, hourly_days: null, audit_days: null, oldest_event_at: expect.any(String) },
     })

@@ -1,5 +1,5 @@
 import type { Nano } from '../money.ts'
-import { JournalFullError, type JournalRow, type JournalStatus } from '../journal/types.ts'
+import type { JournalRow, JournalStatus } from '../journal/types.ts'
 import { alertRow } from '../storage/alerts.ts'
 import { configRow, shownConfig } from '../storage/configs.ts'
 import { ignoredRow } from '../storage/ignored.ts'
@@ -51,6 +51,8 @@ export interface LocalJournal extends JournalStatus {
   append(rows: readonly JournalRow[], now: number): Promise<void>
   /** Resolves once every row appended so far is durable. */
   synced(): Promise<void>
+  /** Throws what append() would refuse with now (the journal's bound, a full disk). */
+  mustHaveRoom(): void
 }
 
 /**
@@ -94,7 +96,7 @@ export class MemoryHotState implements HotState {
 
   async record(e: RecordEvent, now: number): Promise<RecordResult> {
     // The bound is checked before anything changes: a refused event leaves no trace.
-    this.#mustHaveRoom()
+    this.#journal.mustHaveRoom()
     const rate = this.#charge(e.rate, now)
     const step = { ...this.#count(e, now), rate }
     if (!step.counted) {
@@ -385,7 +387,7 @@ export class MemoryHotState implements HotState {
   }
 
   async setPolicy(ref: AgentRef, policy: AgentPolicy, now: number, actor: string, history: PeriodHistory = NO_HISTORY): Promise<Transition | null> {
-    this.#mustHaveRoom()
+    this.#journal.mustHaveRoom()
     const agent = this.#moveOn(ref, now)
     const row = configRow(ref, policy, now, actor, agent.configured ? shownConfig(agent.policy) : '')
     const next = { ...policy }
@@ -405,7 +407,7 @@ export class MemoryHotState implements HotState {
   }
 
   async setPaused(ref: AgentRef, paused: boolean, now: number, actor: string): Promise<Transition | null> {
-    this.#mustHaveRoom()
+    this.#journal.mustHaveRoom()
     this.#expireHolds(ref.userId, now)
     const agent = this.#moveOn(ref, now)
     const meters = resolveMeters(agent.meters, now)
@@ -536,10 +538,6 @@ export class MemoryHotState implements HotState {
   }
 
   async ping(): Promise<void> {}
-
-  #mustHaveRoom(): void {
-    if (this.#journal.backlogFull) throw new JournalFullError(this.#journal.backlog())
-  }
 
   async close(): Promise<void> {}
 

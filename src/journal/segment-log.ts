@@ -1,9 +1,9 @@
 import { randomUUID } from 'node:crypto'
 import { mkdirSync, readdirSync } from 'node:fs'
-import { open, readFile, rename, rm, type FileHandle } from 'node:fs/promises'
+import { open, readFile, rename, rm, statfs, type FileHandle } from 'node:fs/promises'
 import { join } from 'node:path'
 import { crc32 } from 'node:zlib'
-import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalEntry, type JournalRow, type JournalSource, type ShippedEntry } from './types.ts'
+import { DiskFullError, JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalEntry, type JournalRow, type JournalSource, type ShippedEntry } from './types.ts'
 
 /**
  * The embedded journal: an append-only log of segment files under DATA_DIR/journal, written
@@ -34,6 +34,11 @@ export interface SegmentLogOptions {
   maxRows: number
   /** A segment is closed, and a new one begun, once it holds this many bytes. */
   segmentBytes?: number
+  /**
+   * Free bytes the filesystem of `dir` keeps: under it, append() refuses (DiskFullError)
+   * before anything changes, and takes rows again once space returns. 0: never refuses.
+   */
+  minFreeBytes?: number
   /** Called once if a write fails; the journal then refuses everything (see append()). */
   onFailure?: (err: unknown) => void
 }
@@ -61,9 +66,18 @@ const SEGMENT_BYTES = 64 * 1024 * 1024
 /** Resolution of the oldest-row age: a mark every so often, not one per write. */
 const MARK_EVERY_MS = 100
 const READ_CHUNK = 1024 * 1024
+/** How often the filesystem's free space is read (and at once after a write that may have crossed the bound). */
+const STATFS_EVERY_MS = 1000
 
 export class SegmentLog implements JournalSource {
   readonly #o: Required<Omit<SegmentLogOptions, 'onFailure'>> & Pick<SegmentLogOptions, 'onFailure'>
+  /**
+   * The filesystem's free bytes: read every STATFS_EVERY_MS, less what this log wrote since,
+   * so a burst of appends between two reads is refused at the bound too.
+   */
+  #freeBytes = Infinity
+  #statfsTimer: NodeJS.Timeout | null = null
+  #statfsUnderWay: Promise<void> | null = null
   #cp: Checkpoint = { id: '', shipped: 0, intent: null }
   /** Base offsets of the segments, oldest first; the last one is written to. */
   #segments: number[] = []
@@ -82,18 +96,47 @@ export class SegmentLog implements JournalSource {
   readonly stats = { writes: 0 }
 
   private constructor(o: SegmentLogOptions) {
-    this.#o = { segmentBytes: SEGMENT_BYTES, ...o }
+    this.#o = { segmentBytes: SEGMENT_BYTES, minFreeBytes: 0, ...o }
   }
 
   /** Opens (or creates) the log, cutting off a torn tail. */
   static async open(o: SegmentLogOptions): Promise<SegmentLog> {
     const log = new SegmentLog(o)
     await log.#open()
+    if (log.#o.minFreeBytes > 0) {
+      await log.#readFreeSpace()
+      log.#statfsTimer = setInterval(() => void log.#readFreeSpace(), STATFS_EVERY_MS).unref()
+    }
     return log
   }
 
   get backlogFull(): boolean {
     return this.#unshippedRows >= this.#o.maxRows
+  }
+
+  /** The filesystem under the log keeps less than its bound free: appends are refused. */
+  get diskFull(): boolean {
+    return this.#freeBytes < this.#o.minFreeBytes
+  }
+
+  /** Free bytes of the filesystem under the log, as last read (less what was written since); Infinity when not watched. */
+  get freeBytes(): number {
+    return this.#freeBytes
+  }
+
+  /** Throws what append() would refuse with now (JournalFullError, DiskFullError), before the caller changes anything. */
+  mustHaveRoom(): void {
+    if (this.backlogFull) throw new JournalFullError(this.backlog())
+    if (this.diskFull) throw new DiskFullError(this.#o.dir, this.#freeBytes, this.#o.minFreeBytes)
+  }
+
+  #readFreeSpace(): Promise<void> {
+    return (this.#statfsUnderWay ??= statfs(this.#o.dir)
+      .then(
+        (s) => void (this.#freeBytes = s.bavail * s.bsize),
+        () => undefined, // the last figure stands; the next read tries again
+      )
+      .finally(() => (this.#statfsUnderWay = null)))
   }
 
   backlog(): JournalBacklog {
@@ -112,7 +155,7 @@ export class SegmentLog implements JournalSource {
   append(rows: readonly JournalRow[], now: number): Promise<void> {
     if (this.#failed !== null) return Promise.reject(this.#failed)
     if (this.#closed) return Promise.reject(new Error('the journal is closed'))
-    if (this.backlogFull) throw new JournalFullError(this.backlog())
+    this.mustHaveRoom()
     const group = (this.#pending ??= newGroup(now))
     for (const r of rows) {
       const json = JSON.stringify(r.row)
@@ -175,6 +218,7 @@ export class SegmentLog implements JournalSource {
   /** Waits for the writes under way, then closes the file. */
   async close(): Promise<void> {
     this.#closed = true
+    if (this.#statfsTimer) clearInterval(this.#statfsTimer)
     await this.#writing?.catch(() => {})
     await this.#file?.close()
     this.#file = null
@@ -218,6 +262,9 @@ export class SegmentLog implements JournalSource {
     this.#end += buf.length
     this.stats.writes++
     this.#fileBytes += buf.length
+    this.#freeBytes -= buf.length
+    // Near the bound the estimate is checked against the filesystem now, not in a second.
+    if (this.#freeBytes < 2 * this.#o.minFreeBytes) void this.#readFreeSpace()
   }
 
   async #roll(): Promise<void> {

@@ -64,6 +64,8 @@ export interface JournalStatus {
   backlog(): JournalBacklog
   /** The backlog is at the configured bound: writes are refused (503 journal_full). */
   readonly backlogFull: boolean
+  /** The filesystem under the journal is under DISK_MIN_FREE_MB: writes are refused (503 disk_full). Embedded only. */
+  readonly diskFull?: boolean
 }
 
 /** The reading side of a journal, which the shipper drains. */
@@ -77,6 +79,27 @@ export interface JournalSource {
   /** The batch is in ClickHouse: move past it and free what it held. */
   commit(batch: JournalBatch): Promise<void>
   backlog(): JournalBacklog
+}
+
+/**
+ * Thrown when the filesystem under DATA_DIR has less free space than DISK_MIN_FREE_MB: POST
+ * /events answers 503 naming it, before anything changed, until space returns.
+ */
+export class DiskFullError extends Error {
+  readonly dir: string
+  readonly freeBytes: number
+  readonly minFreeBytes: number
+  constructor(dir: string, freeBytes: number, minFreeBytes: number) {
+    super(`the filesystem of ${dir} has ${mib(freeBytes)} MiB free, under DISK_MIN_FREE_MB (${mib(minFreeBytes)})`)
+    this.name = 'DiskFullError'
+    this.dir = dir
+    this.freeBytes = freeBytes
+    this.minFreeBytes = minFreeBytes
+  }
+}
+
+function mib(bytes: number): string {
+  return (Math.max(0, bytes) / 1048576).toFixed(1).replace(/\.0$/, '')
 }
 
 /** Thrown when the journal holds its configured bound: POST /events answers 503 with Retry-After. */

@@ -2,7 +2,7 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { FastifyPluginAsync } from 'fastify'
 import { Problem } from '../errors.ts'
 import type { HotState } from '../hot-state/types.ts'
-import { backlogAgeSeconds, type JournalBacklog, type JournalStatus } from '../journal/types.ts'
+import { backlogAgeSeconds, type JournalStatus } from '../journal/types.ts'
 import { oldestEventReader, type Retention } from '../storage/retention.ts'
 
 /**
@@ -28,7 +28,7 @@ export const healthRoutes =
       const clickhouseUp = ch.status === 'fulfilled' && ch.value.success
       const hotUp = hot.status === 'fulfilled'
       if (!hotUp) throw new Problem('store_unavailable', 'hot state not answering', { retryAfter: 1 })
-      const body = { ok: true, clickhouse: clickhouseUp ? 'up' : 'down', hot_state: 'up', journal: { ...journalState(journal.backlog()), dead_letters: deadLetters() },
+      const body = { ok: true, clickhouse: clickhouseUp ? 'up' : 'down', hot_state: 'up', journal: { ...journalState(journal), dead_letters: deadLetters() },
         retention: {
           events_days: retention.eventsDays,
           hourly_days: retention.hourlyDays,
@@ -36,7 +36,7 @@ export const healthRoutes =
           oldest_event_at: oldest.status === 'fulfilled' && oldest.value !== null ? new Date(oldest.value).toISOString() : null,
         },
       }
-      if (journal.backlogFull) {
+      if (journal.backlogFull || journal.diskFull) {
         reply.header('retry-after', '5')
         return reply.status(503).send({ ...body, ok: false })
       }
@@ -44,6 +44,7 @@ export const healthRoutes =
     })
   }
 
-function journalState(b: JournalBacklog) {
-  return { rows: b.rows, bytes: b.bytes, oldest_age_seconds: backlogAgeSeconds(b, Date.now()) }
+function journalState(journal: JournalStatus) {
+  const b = journal.backlog()
+  return { rows: b.rows, bytes: b.bytes, oldest_age_seconds: backlogAgeSeconds(b, Date.now()), disk_full: journal.diskFull ?? false }
 }

@@ -40,7 +40,13 @@ export const readyReply = z.strictObject({
   ok: z.boolean(),
   clickhouse: z.enum(['up', 'down']),
   hot_state: z.literal('up'),
-  journal: z.strictObject({ rows: z.number().int(), bytes: z.number().int(), oldest_age_seconds: z.number(), dead_letters: z.number().int() }),
+  journal: z.strictObject({
+    rows: z.number().int(),
+    bytes: z.number().int(),
+    oldest_age_seconds: z.number(),
+    disk_full: z.boolean().describe("DATA_DIR's filesystem is under DISK_MIN_FREE_MB (embedded): events are refused"),
+    dead_letters: z.number().int(),
+  }),
   retention: z
     .strictObject({
       events_days: z.number().int().nullable(),
