@@ -75,7 +75,9 @@ export async function openServices(
   const { log } = opts
   const prices = createPriceTable({ overrides: config.pricesFile ? await loadPricesFile(config.pricesFile) : null, clock })
   const clickhouse = createClickHouse(config)
-  const applied = await migrate(clickhouse)
+  const applied = await migrate(clickhouse, undefined, {
+    lock: { onWait: (holder) => log.info({ holder }, 'waiting for another instance to apply the migrations') },
+  })
   if (applied.length > 0) log.info({ applied }, 'applied migrations')
 
   // Two homes for the hot state and its journal: in process with a segment log

@@ -9,7 +9,7 @@ import type { Config } from '../config.ts'
 import { startServer } from '../server.ts'
 import { createClickHouse } from '../storage/clickhouse.ts'
 import type { ApiKeyRecord } from '../storage/keys.ts'
-import { migrate } from '../storage/migrations.ts'
+import { migrate, migrationStatus, SchemaTooNewError, type Migration } from '../storage/migrations.ts'
 import { Problem } from '../errors.ts'
 import { parse } from '../routes/parse.ts'
 import { exportQuery, exportRange, type ExportRange } from '../schemas/export.ts'
@@ -24,7 +24,7 @@ export function run(command: string, config: Config, values: Record<string, stri
     case 'serve':
       return serve(config)
     case 'migrate':
-      return migrateCommand(config)
+      return migrateCommand(config, values['dry-run'] !== undefined)
     case 'keys create':
       return createKey(config, values.user!, values.name ?? '', values['rate-limit'] === undefined ? null : Number(values['rate-limit']))
     case 'keys list':
@@ -87,16 +87,35 @@ async function serverRunning(dataDir: string): Promise<boolean> {
   return existsSync(socket) && (await isListening(socket))
 }
 
-async function migrateCommand(config: Config): Promise<number> {
+async function migrateCommand(config: Config, dryRun: boolean): Promise<number> {
   // chDB opens a data path in one process only. The admin socket has no migrate operation, and
-  // needs none: the server applied every migration it has when it started.
+  // needs none: the server applied every migration it has when it started. (A dry run is
+  // refused too: what the server's release applied is all there is to see while it runs.)
   if (config.clickhouse.kind === 'embedded' && (await serverRunning(config.dataDir))) {
     complain(`burnrate migrate: a burnrate server is running on DATA_DIR ${config.dataDir} and holds its ClickHouse; it applied the migrations when it started`)
     return 1
   }
-  const applied = await withClickHouse(config, (clickhouse) => migrate(clickhouse))
-  say(applied.length > 0 ? `applied ${applied.join(', ')}` : 'the schema is up to date')
-  return 0
+  try {
+    if (dryRun) {
+      const { pending } = await withClickHouse(config, (clickhouse) => migrationStatus(clickhouse))
+      say(pending.length > 0 ? dryRunText(pending) : 'the schema is up to date')
+      return 0
+    }
+    const applied = await withClickHouse(config, (clickhouse) => migrate(clickhouse))
+    say(applied.length > 0 ? `applied ${applied.join(', ')}` : 'the schema is up to date')
+    return 0
+  } catch (err) {
+    if (!(err instanceof Error && err.cause instanceof SchemaTooNewError)) throw err
+    complain(`burnrate migrate: ${err.cause.message}`)
+    return 1
+  }
+}
+
+/** The migrations a dry run finds pending, as SQL a reader can check: each named, then its statements. */
+function dryRunText(pending: readonly Migration[]): string {
+  const parts = pending.map((m) => [`-- ${m.name}`, ...m.statements.map((s) => `${s};`)].join('\n\n'))
+  const count = pending.length === 1 ? '1 migration' : `${pending.length} migrations`
+  return `${parts.join('\n\n')}\n\n-- ${count} would be applied (--dry-run: nothing was changed)`
 }
 
 /** What the key commands need, from ApiKeys itself or from a running server's admin socket. */
