@@ -7,7 +7,7 @@ import { metersOf, resolveMeters } from '../hot-state/meters.ts'
 import type { PeriodHistory } from '../hot-state/period-tallies.ts'
 import { type AgentPolicy } from '../hot-state/meters.ts'
 import { DEFAULT_RUN_IDLE_MS, type Ignored, type AgentLoad, type AgentLoader, type PauseState, type Transition } from '../hot-state/types.ts'
-import { allConfigs, policyOf } from '../storage/configs.ts'
+import { allConfigs, journaledConfigRow, policyOf } from '../storage/configs.ts'
 import { fleetMinutes, scanWindow, seenEvents, spendByQuarter, windowMinutes } from '../storage/events.ts'
 import { ignoredOf, latestIgnored } from '../storage/ignored.ts'
 import { keptRuns } from '../storage/run-stops.ts'
@@ -48,7 +48,7 @@ export async function rebuildHotState(
     } else if (table === 'pause_transitions') {
       pauseStates.offer(row, row.version, pauseOf(row, chDateTimeToMs(row.at)))
     } else if (table === 'agent_configs') {
-      policies.offer(row, row.version, policyOf(row))
+      policies.offer(row, row.version, policyOf(journaledConfigRow(row)))
     } else if (table === 'ignored_pauses') {
       ignoredFlags.offer(row, row.version, ignoredOf(row))
     } else if (table === 'run_stops') {
