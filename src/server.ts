@@ -115,7 +115,7 @@ export async function openServices(
     new RedisHotState({
       redis: redis!,
       journal: redisJournal!,
-      loader: agentLoader(clickhouse, { runIdleMs: config.runAbandonedAfterMs }),
+      loader: agentLoader(clickhouse, { runIdleMs: config.runAbandonedAfterMs, journalRows: (users) => redisJournal!.rowsOf(users) }),
       userAgents: async (userId, now) => (await agentTotals(clickhouse, userId, windowStartMs(now))).map((t) => t.agent_id),
       graceMs: config.pauseGraceMs,
       runIdleMs: config.runAbandonedAfterMs,
