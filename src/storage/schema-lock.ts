@@ -83,6 +83,8 @@ export async function acquireSchemaLock(client: ClickHouseClient, opts: SchemaLo
   await ensureTable(client, TABLE)
   let waitingFor: string | null = null
   for (;;) {
+    // The lease is counted from here, before ClickHouse read the now it ends from.
+    const readAt = Date.now()
     const [state] = await select(client, STATE, {}, stateRow)
     const s = state!
     const held = s.token !== '' && s.releases === 0 && s.expires_ms > s.now_ms
@@ -91,8 +93,8 @@ export async function acquireSchemaLock(client: ClickHouseClient, opts: SchemaLo
       const row = { epoch, kind: 'claim', token, holder, expires_at: toChDateTime(s.now_ms + leaseMs) }
       await insert(client, 'schema_lock', [row], `schema_lock:claim:${epoch}`)
       const [claim] = await select(client, `SELECT token FROM schema_lock WHERE epoch = {epoch:UInt64} AND kind = 'claim'`, { epoch }, claimRow)
-      // The clock of ClickHouse less ours, for the expiry of renewals.
-      if (claim?.token === token) return heldLock(client, { epoch, token, holder, leaseMs, skewMs: s.now_ms - Date.now() })
+      // skewMs: the clock of ClickHouse less ours, for the expiry of renewals.
+      if (claim?.token === token) return heldLock(client, { epoch, token, holder, leaseMs, skewMs: s.now_ms - readAt, validUntil: readAt + leaseMs })
     } else if (waitingFor !== s.holder) {
       waitingFor = s.holder
       opts.onWait?.(s.holder)
@@ -102,8 +104,8 @@ export async function acquireSchemaLock(client: ClickHouseClient, opts: SchemaLo
 }
 
 /** A claimed epoch: renewed every third of its lease until released. */
-function heldLock(client: ClickHouseClient, o: { epoch: number; token: string; holder: string; leaseMs: number; skewMs: number }): SchemaLock {
-  let validUntil = Date.now() + o.leaseMs
+function heldLock(client: ClickHouseClient, o: { epoch: number; token: string; holder: string; leaseMs: number; skewMs: number; validUntil: number }): SchemaLock {
+  let validUntil = o.validUntil
   let renewals = 0
   let renewing: Promise<void> = Promise.resolve()
   let lastFailure: unknown = null

@@ -78,8 +78,9 @@ describe('migrate', () => {
       await Promise.all(proxies.map((p) => p.close()))
     })
     const waited: string[] = []
+    // A lease shorter than the work: the holder keeps it by renewing it, and the other waits.
     const results = await Promise.all(
-      clients.map((c, i) => migrate(c, undefined, { lock: { holder: `instance-${i}`, pollMs: 20, onWait: (holder) => waited.push(`${i} waits for ${holder}`) } })),
+      clients.map((c, i) => migrate(c, undefined, { lock: { holder: `instance-${i}`, leaseMs: 1000, pollMs: 20, onWait: (holder) => waited.push(`${i} waits for ${holder}`) } })),
     )
 
     const shipped = await readMigrations()
@@ -95,6 +96,8 @@ describe('migrate', () => {
     expect(await recorded(clients[0]!)).toEqual(shipped.map((m) => m.version))
     const records = await rows<{ n: string }>(clients[0]!, 'SELECT count() AS n FROM schema_migrations')
     expect(Number(records[0]!.n)).toBe(shipped.length)
+    const renewals = await rows<{ n: string }>(clients[0]!, "SELECT count() AS n FROM schema_lock WHERE kind = 'renew'")
+    expect(Number(renewals[0]!.n)).toBeGreaterThan(0)
 
     function m(query: string): boolean {
       return shipped.some((migration) => migration.statements.some((s) => query.includes(s)))
