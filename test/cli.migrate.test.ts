@@ -81,6 +81,26 @@ describe('burnrate migrate --dry-run', () => {
   }, 60_000)
 })
 
+describe('burnrate migrate, two at once', () => {
+  it('two processes migrating one fresh ClickHouse: one applies every migration, the other finds them applied', async () => {
+    const fresh = await startClickHouseServer()
+    try {
+      const env = () => ({ DATA_DIR: freshDataDir(), CLICKHOUSE_URL: fresh.url })
+      const runs = await Promise.all([runCli(['migrate'], env()), runCli(['migrate'], env())])
+      expect(runs.map((r) => r.code)).toEqual([0, 0])
+      expect(runs.map((r) => r.stdout).sort()).toEqual([`applied ${SHIPPED.join(', ')}\n`, 'the schema is up to date\n'])
+      const q = (sql: string) => fetch(`${fresh.url}/?query=${encodeURIComponent(sql)}`, { method: 'POST' }).then((r) => r.text())
+      expect(await q('SELECT count() FROM schema_migrations')).toBe(`${SHIPPED.length}\n`)
+      // Each claim of the lock (the second one's, if it found work pending) was given back.
+      const [claims, releases] = (await q("SELECT countIf(kind = 'claim'), countIf(kind = 'release') FROM schema_lock FORMAT CSV")).trim().split(',').map(Number)
+      expect(claims).toBeGreaterThanOrEqual(1)
+      expect(releases).toBe(claims)
+    } finally {
+      await fresh.stop()
+    }
+  }, 60_000)
+})
+
 describe('a schema migrated by a newer release', () => {
   it('is refused by migrate, migrate --dry-run and serve, exit 1, naming both versions, and nothing changes', async () => {
     expect((await runCli(['migrate'], server())).code).toBe(0)
