@@ -76,7 +76,9 @@ export async function openServices(
   const { log } = opts
   const prices = createPriceTable({ overrides: config.pricesFile ? await loadPricesFile(config.pricesFile) : null, clock })
   const clickhouse = createClickHouse(config)
-  const applied = await migrate(clickhouse)
+  const applied = await migrate(clickhouse, undefined, {
+    lock: { onWait: (holder) => log.info({ holder }, 'waiting for another instance to apply the migrations') },
+  })
   if (applied.length > 0) log.info({ applied }, 'applied migrations')
   const retention = await applyRetention(clickhouse, config.retention)
   if (retention.length > 0) log.info({ retention }, 'applied retention')
@@ -117,7 +119,7 @@ export async function openServices(
     new RedisHotState({
       redis: redis!,
       journal: redisJournal!,
-      loader: agentLoader(clickhouse, { runIdleMs: config.runAbandonedAfterMs }),
+      loader: agentLoader(clickhouse, { runIdleMs: config.runAbandonedAfterMs, journalRows: (users) => redisJournal!.rowsOf(users) }),
       userAgents: async (userId, now) => (await agentTotals(clickhouse, userId, windowStartMs(now))).map((t) => t.agent_id),
       graceMs: config.pauseGraceMs,
       runIdleMs: config.runAbandonedAfterMs,

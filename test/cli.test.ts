@@ -194,7 +194,7 @@ describe('burnrate help and --version', () => {
 
   it.each([
     ['serve', 'burnrate serve', []],
-    ['migrate', 'burnrate migrate', []],
+    ['migrate', 'burnrate migrate [--dry-run]', ['--dry-run']],
     ['keys', 'burnrate keys <subcommand>', ['keys create', 'keys list', 'keys revoke']],
     ['keys create', 'burnrate keys create --user <user> [--name <label>] [--rate-limit <per minute>]', ['--user <user>', '--name <label>', '--rate-limit <per minute>']],
     ['keys list', 'burnrate keys list', ['KEY ID']],
@@ -246,8 +246,8 @@ describe('burnrate refuses a wrong command line: exit 2, the reason, the usage',
     [['keys', '--all'], /^burnrate keys: unknown option --all$/, 'burnrate keys <subcommand>'],
     [['serve', '--port', '8080'], /^burnrate serve: unknown option --port$/, 'burnrate serve'],
     [['serve', 'now'], /^burnrate serve: unexpected argument 'now'$/, 'burnrate serve'],
-    [['migrate', '--dry-run'], /^burnrate migrate: unknown option --dry-run$/, 'burnrate migrate'],
-    [['migrate', 'now'], /^burnrate migrate: unexpected argument 'now'$/, 'burnrate migrate'],
+    [['migrate', '--dry-run=yes'], /^burnrate migrate: --dry-run does not take a value$/, 'burnrate migrate [--dry-run]'],
+    [['migrate', 'now'], /^burnrate migrate: unexpected argument 'now'$/, 'burnrate migrate [--dry-run]'],
     [['keys', 'create'], /^burnrate keys create: --user is required$/, create],
     [['keys', 'create', '--name', 'ci'], /^burnrate keys create: --user is required$/, create],
     [['keys', 'create', '--user'], /^burnrate keys create: --user needs a value$/, create],
@@ -278,7 +278,7 @@ describe('burnrate refuses a wrong command line: exit 2, the reason, the usage',
   })
 
   it('whatever junk is added to a command line, the answer is exit 2 and the usage, never a stack trace', async () => {
-    const known = new Set(['--help', '-h', '--version', '-v', '--user', '--name', '--rate-limit', '--from', '--to', '--format', '--out', 'help', 'serve', 'migrate', 'keys', 'create', 'list', 'revoke', 'export'])
+    const known = new Set(['--help', '-h', '--version', '-v', '--user', '--name', '--rate-limit', '--from', '--to', '--format', '--out', '--dry-run', 'help', 'serve', 'migrate', 'keys', 'create', 'list', 'revoke', 'export'])
     const junk = fc.oneof(
       fc.stringMatching(/^--[a-z][a-z0-9-]{0,11}$/), // an unknown option
       fc.stringMatching(/^--[a-z][a-z-]{0,8}=[a-z0-9_.:/-]{0,6}$/), // one with a value

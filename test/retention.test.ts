@@ -4,7 +4,7 @@ import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { ManualClock } from '../src/clock.ts'
 import { ConfigError, loadConfig } from '../src/config.ts'
-import { applyRetention } from '../src/storage/retention.ts'
+import { applyRetention, retentionChanges } from '../src/storage/retention.ts'
 import { eventually, startHarness, unique, type Harness } from './helpers/harness.ts'
 
 // Retention: EVENTS_RETENTION_DAYS, HOURLY_RETENTION_DAYS and AUDIT_RETENTION_DAYS become
@@ -51,6 +51,10 @@ describe('retention on the embedded engine', () => {
     clock.set(now)
     await post(h, key, 3000)
     await h.flush()
+    // What `burnrate migrate --dry-run` lists of the settings to come, changing nothing.
+    const wanted = { eventsDays: 40, hourlyDays: 90, auditDays: 3650 }
+    expect(await retentionChanges(h.services.clickhouse, wanted)).toEqual(['retention.events: 40 days', 'retention.hourly: 90 days', 'retention.audit: 3650 days'])
+    expect(await retentionChanges(h.services.clickhouse, wanted)).toHaveLength(3)
     await h.close()
 
     const env = { EVENTS_RETENTION_DAYS: '40', HOURLY_RETENTION_DAYS: '90', AUDIT_RETENTION_DAYS: '3650' }

@@ -81,12 +81,17 @@ export const COMMANDS: Readonly<Record<string, CommandSpec>> = {
     name: 'migrate',
     summary: 'apply the ClickHouse schema and exit',
     positionals: [],
-    options: { help },
+    options: {
+      'dry-run': { type: 'boolean', help: 'print the migrations that would run and their statements; change nothing' },
+      help,
+    },
     details:
       'Applies the migrations ClickHouse has not seen yet (CLICKHOUSE_URL, or the embedded one on\n' +
       'DATA_DIR) and prints their names. `burnrate serve` does this itself when it starts: run it\n' +
       'to prepare a database before a deploy. While a server runs on an embedded DATA_DIR, that\n' +
-      'server holds the data (and applied the schema when it started): migrate refuses, exit 1.',
+      'server holds the data (and applied the schema when it started): migrate refuses, exit 1,\n' +
+      'with --dry-run too. Migrations are forward-only: when ClickHouse records one this release\n' +
+      'does not ship (a newer release applied it), migrate refuses, exit 1, and so does serve.',
   },
   keys: {
     name: 'keys',
@@ -197,7 +202,8 @@ export function parseCommandLine(argv: readonly string[]): ParsedCommandLine {
     return { kind: 'usage-error', command, reason: `a ${what} is required (${listOr(choices)})` }
   }
   const values: Record<string, string | undefined> = {}
-  for (const [name, value] of Object.entries(parsed.values)) if (typeof value === 'string') values[name] = value
+  // A flag given (a boolean option: `migrate --dry-run`) is the value 'true'.
+  for (const [name, value] of Object.entries(parsed.values)) if (value !== false) values[name] = value === true ? 'true' : value
   return { kind: 'run', command, values, positionals: parsed.positionals }
 }
 

@@ -9,8 +9,8 @@ import type { Config } from '../config.ts'
 import { startServer } from '../server.ts'
 import { createClickHouse } from '../storage/clickhouse.ts'
 import type { ApiKeyRecord } from '../storage/keys.ts'
-import { migrate } from '../storage/migrations.ts'
-import { applyRetention } from '../storage/retention.ts'
+import { migrate, migrationStatus, SchemaTooNewError, type Migration } from '../storage/migrations.ts'
+import { applyRetention, retentionChanges } from '../storage/retention.ts'
 import { Problem } from '../errors.ts'
 import { parse } from '../routes/parse.ts'
 import { exportQuery, exportRange, type ExportRange } from '../schemas/export.ts'
@@ -25,7 +25,7 @@ export function run(command: string, config: Config, values: Record<string, stri
     case 'serve':
       return serve(config)
     case 'migrate':
-      return migrateCommand(config)
+      return migrateCommand(config, values['dry-run'] !== undefined)
     case 'keys create':
       return createKey(config, values.user!, values.name ?? '', values['rate-limit'] === undefined ? null : Number(values['rate-limit']))
     case 'keys list':
@@ -88,16 +88,39 @@ async function serverRunning(dataDir: string): Promise<boolean> {
   return existsSync(socket) && (await isListening(socket))
 }
 
-async function migrateCommand(config: Config): Promise<number> {
+async function migrateCommand(config: Config, dryRun: boolean): Promise<number> {
   // chDB opens a data path in one process only. The admin socket has no migrate operation, and
-  // needs none: the server applied every migration it has when it started.
+  // needs none: the server applied every migration it has when it started. (A dry run is
+  // refused too: what the server's release applied is all there is to see while it runs.)
   if (config.clickhouse.kind === 'embedded' && (await serverRunning(config.dataDir))) {
     complain(`burnrate migrate: a burnrate server is running on DATA_DIR ${config.dataDir} and holds its ClickHouse; it applied the migrations when it started`)
     return 1
   }
-  const applied = await withClickHouse(config, async (clickhouse) => [...(await migrate(clickhouse)), ...(await applyRetention(clickhouse, config.retention))])
-  say(applied.length > 0 ? `applied ${applied.join(', ')}` : 'the schema is up to date')
-  return 0
+  try {
+    if (dryRun) {
+      const { pending, retention } = await withClickHouse(config, async (clickhouse) => ({
+        ...(await migrationStatus(clickhouse)),
+        retention: await retentionChanges(clickhouse, config.retention),
+      }))
+      say(pending.length > 0 || retention.length > 0 ? dryRunText(pending, retention) : 'the schema is up to date')
+      return 0
+    }
+    const applied = await withClickHouse(config, async (clickhouse) => [...(await migrate(clickhouse)), ...(await applyRetention(clickhouse, config.retention))])
+    say(applied.length > 0 ? `applied ${applied.join(', ')}` : 'the schema is up to date')
+    return 0
+  } catch (err) {
+    if (!(err instanceof Error && err.cause instanceof SchemaTooNewError)) throw err
+    complain(`burnrate migrate: ${err.cause.message}`)
+    return 1
+  }
+}
+
+/** The migrations a dry run finds pending, as SQL a reader can check: each named, then its statements. */
+function dryRunText(pending: readonly Migration[], retention: readonly string[]): string {
+  const parts = pending.map((m) => [`-- ${m.name}`, ...m.statements.map((s) => `${s};`)].join('\n\n'))
+  const count = pending.length === 1 ? '1 migration' : `${pending.length} migrations`
+  if (retention.length > 0) parts.push(['-- retention (TTLs) to set:', ...retention.map((r) => `--   ${r}`)].join('\n'))
+  return `${parts.join('\n\n')}\n\n-- ${count}${retention.length > 0 ? ` and ${retention.length} retention setting${retention.length === 1 ? '' : 's'}` : ''} would be applied (--dry-run: nothing was changed)`
 }
 
 /** What the key commands need, from ApiKeys itself or from a running server's admin socket. */

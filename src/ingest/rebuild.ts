@@ -2,12 +2,12 @@ import type { ClickHouseClient } from '@clickhouse/client'
 import type { MemoryHotState } from '../hot-state/memory.ts'
 import { fingerprint } from '../hot-state/dedup.ts'
 import { pauseReasonOf } from '../hot-state/meters.ts'
-import { agentKey, isFleet, refOf, type AgentRef } from '../hot-state/agent-ref.ts'
+import { agentKey, fleetOf, isFleet, refOf, type AgentRef } from '../hot-state/agent-ref.ts'
 import { metersOf, resolveMeters } from '../hot-state/meters.ts'
 import type { PeriodHistory } from '../hot-state/period-tallies.ts'
 import { type AgentPolicy } from '../hot-state/meters.ts'
 import { DEFAULT_RUN_IDLE_MS, type Ignored, type AgentLoad, type AgentLoader, type PauseState, type Transition } from '../hot-state/types.ts'
-import { allConfigs, policyOf } from '../storage/configs.ts'
+import { allConfigs, journaledConfigRow, policyOf } from '../storage/configs.ts'
 import { fleetMinutes, scanWindow, seenEvents, spendByQuarter, windowMinutes } from '../storage/events.ts'
 import { ignoredOf, latestIgnored } from '../storage/ignored.ts'
 import { keptRuns } from '../storage/run-stops.ts'
@@ -48,7 +48,7 @@ export async function rebuildHotState(
     } else if (table === 'pause_transitions') {
       pauseStates.offer(row, row.version, pauseOf(row, chDateTimeToMs(row.at)))
     } else if (table === 'agent_configs') {
-      policies.offer(row, row.version, policyOf(row))
+      policies.offer(row, row.version, policyOf(journaledConfigRow(row)))
     } else if (table === 'ignored_pauses') {
       ignoredFlags.offer(row, row.version, ignoredOf(row))
     } else if (table === 'run_stops') {
@@ -102,7 +102,7 @@ class NewestPerAgent<T> {
     if (version > (this.#byAgent.get(id)?.version ?? -1)) this.#byAgent.set(id, { ref, version, value })
   }
 
-  values(): Array<{ ref: AgentRef; value: T }> {
+  values(): Array<{ ref: AgentRef; version: number; value: T }> {
     return [...this.#byAgent.values()]
   }
 }
@@ -114,6 +114,15 @@ export interface AgentLoaderOptions {
   concurrency?: number
   /** How long a run kept for its agent's run budget may go without an event (the hot state's). */
   runIdleMs?: number
+  /**
+   * The rows the journal holds of these users, ClickHouse may not have yet (with Redis, every
+   * instance's streams of their partitions): a state is loaded from ClickHouse and them, as
+   * the embedded rebuild is, each event id once. Without them, a state lost while an
+   * instance that died had its rows unshipped (or one written by an earlier release, whose
+   * states this one does not read) would be loaded without those rows, until the window
+   * passed them.
+   */
+  journalRows?: (userIds: readonly string[]) => AsyncIterable<JournalEntry>
 }
 
 /**
@@ -139,7 +148,7 @@ export function agentLoader(clickhouse: ClickHouseClient, o: AgentLoaderOptions 
     running++
     stats.batches++
     stats.agents += agents.size
-    loadAgents(clickhouse, [...agents.values()].map((w) => w.ref), now, runIdleMs)
+    loadAgents(clickhouse, [...agents.values()].map((w) => w.ref), now, runIdleMs, o.journalRows)
       .then(
         (loads) => agents.forEach((w, id) => w.done.forEach((d) => d.resolve(loads.get(id)!))),
         (err: unknown) => agents.forEach((w) => w.done.forEach((d) => d.reject(err))),
@@ -167,15 +176,32 @@ export function agentLoader(clickhouse: ClickHouseClient, o: AgentLoaderOptions 
 }
 
 /** The state of a batch of agents as ClickHouse has it, by `user\0agent`. */
-async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[], now: number, runIdleMs: number): Promise<Map<string, AgentLoad>> {
+async function loadAgents(
+  clickhouse: ClickHouseClient,
+  refs: readonly AgentRef[],
+  now: number,
+  runIdleMs: number,
+  journalRows?: AgentLoaderOptions['journalRows'],
+): Promise<Map<string, AgentLoad>> {
   const since = windowStartMs(now)
+  const users = [...new Set(refs.map((r) => r.userId))]
+  // The journal is read before ClickHouse: a batch shipped and trimmed from it meanwhile is
+  // then found in ClickHouse, never in neither.
+  const journaled: JournalEntry[] = []
+  if (journalRows) for await (const entry of journalRows(users)) if (users.includes(entry.row.user_id)) journaled.push(entry)
+  const journaledEvents = journaled.flatMap((e) => (e.table === 'events' && chDateTimeToMs(e.row.timestamp) >= since ? [e.row] : []))
   // Fleets (types.ts FLEET) are loaded as agents are, their minutes summed over the user's agents.
   const agents = refs.filter((r) => !isFleet(r))
   const fleets = refs.filter(isFleet).map((r) => r.userId)
+  // The ids ClickHouse holds of the agents asked for, and of those the journaled events are of.
+  const seenOf = [...new Map([...agents, ...journaledEvents.map((e) => ({ userId: e.user_id, agentId: e.agent_id }))].map((r) => [agentKey(r), r])).values()]
+  // The minutes leave the journaled events out, which are counted from the journal below:
+  // whether a batch is shipped before, between or after these reads, each event counts once.
+  const excluded = [...new Set(journaledEvents.map((e) => e.event_id))]
   const [minutes, fleetMinuteRows, seen, configs, pauses, ignored] = await Promise.all([
-    agents.length > 0 ? windowMinutes(clickhouse, since, agents) : [],
-    fleets.length > 0 ? fleetMinutes(clickhouse, since, fleets) : [],
-    agents.length > 0 ? seenEvents(clickhouse, since, agents) : [],
+    agents.length > 0 ? windowMinutes(clickhouse, since, agents, excluded) : [],
+    fleets.length > 0 ? fleetMinutes(clickhouse, since, fleets, excluded) : [],
+    seenOf.length > 0 ? seenEvents(clickhouse, since, seenOf) : [],
     allConfigs(clickhouse, refs),
     latestTransitions(clickhouse, refs),
     latestIgnored(clickhouse, refs),
@@ -185,20 +211,49 @@ async function loadAgents(clickhouse: ClickHouseClient, refs: readonly AgentRef[
   const of = (r: { user_id: string; agent_id: string }) => loads.get(agentKey({ userId: r.user_id, agentId: r.agent_id }))
   for (const m of [...minutes, ...fleetMinuteRows]) of(m)?.minutes.push({ minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })
   for (const s of seen) of(s)?.seen.push({ eventId: s.event_id, costNano: s.cost_nano, minute: s.minute })
-  for (const c of configs) {
-    const l = of(c)
+  const policies = new NewestPerAgent<AgentPolicy>()
+  for (const c of configs) policies.offer(c, c.version, policyOf(c))
+  const pauseStates = new NewestPerAgent<PauseState>()
+  for (const p of pauses) pauseStates.offer(p, p.version, pauseOf(p, p.atMs))
+  const ignoredFlags = new NewestPerAgent<Ignored>()
+  for (const i of ignored) ignoredFlags.offer(i, i.version, i.ignored)
+
+  // The journaled events, each once (as minutes, whether ClickHouse has them yet or not),
+  // and their ids as seen where ClickHouse did not show them; the rest by version.
+  const seenIds = new Set(seen.map((s) => `${agentKey({ userId: s.user_id, agentId: s.agent_id })}\0${s.event_id}`))
+  const counted = new Set<string>()
+  for (const e of journaledEvents) {
+    const ref = { userId: e.user_id, agentId: e.agent_id }
+    const id = `${agentKey(ref)}\0${e.event_id}`
+    if (counted.has(id)) continue
+    counted.add(id)
+    const minute = minuteOf(chDateTimeToMs(e.timestamp))
+    const llmCalls = e.event_type === 'llm_call' ? 1 : 0
+    const agent = loads.get(agentKey(ref))
+    agent?.minutes.push({ minute, costNano: e.cost_nano, llmCalls })
+    if (!seenIds.has(id)) agent?.seen.push({ eventId: e.event_id, costNano: e.cost_nano, minute })
+    loads.get(agentKey(fleetOf(e.user_id)))?.minutes.push({ minute, costNano: e.cost_nano, llmCalls })
+  }
+  for (const { table, row } of journaled) {
+    if (table === 'pause_transitions') pauseStates.offer(row, row.version, pauseOf(row, chDateTimeToMs(row.at)))
+    else if (table === 'agent_configs') policies.offer(row, row.version, policyOf(journaledConfigRow(row)))
+    else if (table === 'ignored_pauses') ignoredFlags.offer(row, row.version, ignoredOf(row))
+  }
+  for (const l of loads.values()) l.minutes.sort((a, b) => a.minute - b.minute)
+  for (const { ref, value, version } of policies.values()) {
+    const l = loads.get(agentKey(ref))
     if (l) {
-      l.policy = policyOf(c)
-      l.policyVersion = c.version
+      l.policy = value
+      l.policyVersion = version
     }
   }
-  for (const p of pauses) {
-    const l = of(p)
-    if (l) l.pause = pauseOf(p, p.atMs)
+  for (const { ref, value } of pauseStates.values()) {
+    const l = loads.get(agentKey(ref))
+    if (l) l.pause = value
   }
-  for (const i of ignored) {
-    const l = of(i)
-    if (l) l.ignored = i.ignored
+  for (const { ref, value } of ignoredFlags.values()) {
+    const l = loads.get(agentKey(ref))
+    if (l) l.ignored = value
   }
   // The states with period budgets, one more read: what they spent before the window.
   const withPeriods = [...loads].flatMap(([key, l]) => (l.policy && l.policy.periodBudgets.length > 0 ? [{ ref: refOf(key), value: l.policy }] : []))

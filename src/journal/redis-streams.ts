@@ -4,7 +4,7 @@ import type { Cluster, Redis } from 'ioredis'
 import { NO_REPLICA_WAIT, durably, whileSlotMoves, type ReplicaWait } from '../storage/redis.ts'
 import { partitionOf, partitionTag } from '../storage/redis-keys.ts'
 import { STREAM_LUA } from './stream-lua.ts'
-import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalRow, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
+import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalEntry, type JournalRow, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
 
 /**
  * The journal with REDIS_URL: Redis Streams, partitioned by user, so that a
@@ -152,6 +152,21 @@ export class RedisJournal implements JournalSource {
     await Promise.all(Array.from({ length: this.#o.partitions }, (_, p) => this.#o.redis.unlink(this.streamKey(p))))
     await this.#o.redis.unlink(this.#shipKey)
     await this.#o.redis.srem(this.#instancesKey, this.#o.instance)
+  }
+
+  /**
+   * The rows of every instance's streams of these users' partitions (other users' rows of a
+   * partition included: the caller picks): those not shipped yet, and those of a batch
+   * shipped but not yet trimmed, which the caller tells apart by what ClickHouse holds.
+   */
+  async *rowsOf(userIds: readonly string[]): AsyncGenerator<JournalEntry> {
+    const partitions = [...new Set(userIds.map((u) => this.partitionOf(u)))]
+    for (const instance of await this.#o.redis.smembers(this.#instancesKey)) {
+      const journal = instance === this.#o.instance ? this : new RedisJournal({ ...this.#o, instance, caller: this.#o.caller })
+      for (const p of partitions) {
+        for (const e of await journal.#range(p, '-', '+')) yield { table: e.table, at: e.at, row: JSON.parse(e.json.toString('utf8')) } as JournalEntry
+      }
+    }
   }
 
   /** The partition of a user: its keys and its rows' stream share the tag {p<n>}. */

@@ -53,6 +53,17 @@ export interface WrittenConfigRow extends ConfigRow {
   replaced?: string
 }
 
+/**
+ * A config row as the journal holds it. One journaled by an earlier release (a journal left
+ * unshipped across an upgrade) lacks the columns added since; ClickHouse gives them their
+ * DEFAULT when the row is shipped, and this gives them the same where the row is read before
+ * that (the hot state's rebuild at start-up).
+ */
+export function journaledConfigRow(row: WrittenConfigRow): WrittenConfigRow {
+  const columnsAdded: Pick<ConfigRow, 'period_budgets' | 'run_budget_nano'> = { period_budgets: '[]', run_budget_nano: 0 } // sql/0017, sql/0023
+  return { ...columnsAdded, ...row }
+}
+
 /** A velocity limit as the table keeps it: 0 is none. */
 function storedVelocityLimit(limit: Nano | null): Nano {
   return limit ?? 0

@@ -180,16 +180,25 @@ export type MinuteRow = z.output<typeof minuteRow>
  * An event_id stored twice for an agent (a retry whose first insert failed ambiguously)
  * counts once, as the hot state's dedup does.
  */
-export function windowMinutes(client: ClickHouseClient, sinceMs: number, refs: readonly AgentRef[]): Promise<MinuteRow[]> {
-  return minuteSums(client, sinceMs, agentsFilter(refs), agentsParams(refs), true)
+export function windowMinutes(client: ClickHouseClient, sinceMs: number, refs: readonly AgentRef[], excluded: readonly string[] = []): Promise<MinuteRow[]> {
+  return minuteSums(client, sinceMs, `${agentsFilter(refs)} ${excludedFilter(excluded)}`, { ...agentsParams(refs), ...excludedParams(excluded) }, true)
 }
 
 /**
  * The same for the fleets of a batch of users (types.ts FLEET): the sums of all their
- * agents' minutes, as rows of the agent ''.
+ * agents' minutes, as rows of the agent ''. (`excluded`: event ids left out.)
  */
-export function fleetMinutes(client: ClickHouseClient, sinceMs: number, userIds: readonly string[]): Promise<MinuteRow[]> {
-  return minuteSums(client, sinceMs, 'AND user_id IN {users:Array(String)}', { users: [...userIds] }, false)
+export function fleetMinutes(client: ClickHouseClient, sinceMs: number, userIds: readonly string[], excluded: readonly string[] = []): Promise<MinuteRow[]> {
+  return minuteSums(client, sinceMs, `AND user_id IN {users:Array(String)} ${excludedFilter(excluded)}`, { users: [...userIds], ...excludedParams(excluded) }, false)
+}
+
+/** Leaves out events by id: those the caller counts from the journal (ingest/rebuild.ts loadAgents). */
+function excludedFilter(excluded: readonly string[]): string {
+  return excluded.length > 0 ? 'AND event_id NOT IN {excluded:Array(UUID)}' : ''
+}
+
+function excludedParams(excluded: readonly string[]): { excluded?: string[] } {
+  return excluded.length > 0 ? { excluded: [...excluded] } : {}
 }
 
 function minuteSums(client: ClickHouseClient, sinceMs: number, filter: string, params: object, perAgent: boolean): Promise<MinuteRow[]> {

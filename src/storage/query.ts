@@ -4,7 +4,7 @@ import { finished } from 'node:stream/promises'
 import type { ClickHouseClient } from '@clickhouse/client'
 import type { z } from 'zod'
 import { rawInsertOf } from './clickhouse.ts'
-import { clickhouseFailure } from './failures.ts'
+import { clickhouseCode, clickhouseFailure } from './failures.ts'
 
 /**
  * Runs one parameterised SELECT ({name:Type} placeholders, values bound by ClickHouse,
@@ -62,5 +62,18 @@ export async function insert(client: ClickHouseClient, table: string, values: re
     await client.insert({ table, values: values as object[], format: 'JSONEachRow', clickhouse_settings: { insert_deduplication_token: token } })
   } catch (err) {
     throw clickhouseFailure(err, `insert into ${table}`)
+  }
+}
+
+/**
+ * CREATE TABLE IF NOT EXISTS of a table two instances may create at the same moment: the
+ * check and the creation are two steps in ClickHouse, and the second creator can be told
+ * the table exists (TABLE_ALREADY_EXISTS, 57), which is what it wanted.
+ */
+export async function ensureTable(client: ClickHouseClient, query: string): Promise<void> {
+  try {
+    await client.command({ query })
+  } catch (err) {
+    if (clickhouseCode(err) !== 57) throw err
   }
 }

@@ -73,32 +73,40 @@ const TARGETS: readonly Target[] = [
   { setting: 'retention.audit', days: (r) => r.auditDays, tables: [{ table: 'audit_log', time: 'toDateTime(at)' }] },
 ]
 
+/** The settings whose value differs from the one schema_settings records (none recorded before the first start: ''). */
+async function changedTargets(client: ClickHouseClient, retention: Retention): Promise<Array<{ target: Target; days: number | null }>> {
+  const [exists] = await select(client, 'EXISTS TABLE schema_settings', {}, z.object({ result: z.coerce.number() }))
+  const recorded = new Map(
+    exists?.result === 1
+      ? (await select(client, 'SELECT name, argMax(value, applied_at) AS value FROM schema_settings GROUP BY name', {}, z.object({ name: z.string(), value: z.string() }))).map((r) => [r.name, r.value])
+      : [],
+  )
+  return TARGETS.map((target) => ({ target, days: target.days(retention) })).filter(({ target, days }) => (recorded.get(target.setting) ?? '') !== (days === null ? '' : String(days)))
+}
+
+const described = ({ target, days }: { target: Target; days: number | null }) => `${target.setting}: ${days === null ? 'keep everything' : `${days} days`}`
+
+/** What applyRetention would change, as "retention.events: 90 days" lines, changing nothing. */
+export async function retentionChanges(client: ClickHouseClient, retention: Retention): Promise<string[]> {
+  return (await changedTargets(client, retention)).map(described)
+}
+
 /**
  * Sets the TTLs whose setting differs from the one schema_settings records, and records it.
  * Idempotent: two instances starting together may both alter a table to the same TTL.
- * Returns what it changed, as "retention.events: 90 days" lines.
+ * Returns what it changed, as retentionChanges() describes it.
  */
 export async function applyRetention(client: ClickHouseClient, retention: Retention): Promise<string[]> {
-  const recorded = new Map(
-    (await select(client, 'SELECT name, argMax(value, applied_at) AS value FROM schema_settings GROUP BY name', {}, z.object({ name: z.string(), value: z.string() }))).map((r) => [
-      r.name,
-      r.value,
-    ]),
-  )
-  const changed: string[] = []
-  for (const target of TARGETS) {
-    const days = target.days(retention)
-    const value = days === null ? '' : String(days)
-    if ((recorded.get(target.setting) ?? '') === value) continue
+  const changes = await changedTargets(client, retention)
+  for (const { target, days } of changes) {
     for (const { table, time } of target.tables) {
       const name = await storageTable(client, table)
       const ttl = days === null ? 'REMOVE TTL' : `MODIFY TTL ${time} + toIntervalDay(${days})`
       await client.command({ query: `ALTER TABLE ${name} ${ttl}` })
     }
-    await client.insert({ table: 'schema_settings', values: [{ name: target.setting, value }], format: 'JSONEachRow' })
-    changed.push(`${target.setting}: ${days === null ? 'keep everything' : `${days} days`}`)
+    await client.insert({ table: 'schema_settings', values: [{ name: target.setting, value: days === null ? '' : String(days) }], format: 'JSONEachRow' })
   }
-  return changed
+  return changes.map(described)
 }
 
 /**

@@ -120,12 +120,13 @@ export interface ServerProcess {
 }
 
 /**
- * Starts `burnrate serve` on `dataDir` (PORT=0, HOST=127.0.0.1, LOG_LEVEL=info plus `env`)
- * and resolves once it logs 'burnrate is serving'. Rejects, with the child killed and its
+ * Starts `burnrate serve` on `dataDir` (PORT=0, HOST=127.0.0.1, LOG_LEVEL=info plus `env`),
+ * this checkout's or that of the bin/burnrate.js `bin` names (an earlier release's), and
+ * resolves once it logs 'burnrate is serving'. Rejects, with the child killed and its
  * output in the message, if it exits first or is not serving within `ms`.
  */
-export async function startServe(dataDir: string, env: Record<string, string> = {}, ms = 20_000): Promise<ServerProcess> {
-  const child = spawn(process.execPath, [BIN, 'serve'], {
+export async function startServe(dataDir: string, env: Record<string, string> = {}, ms = 20_000, bin = BIN): Promise<ServerProcess> {
+  const child = spawn(process.execPath, [bin, 'serve'], {
     // A short shipping interval keeps the tests that read event lists quick (default 1 s).
     env: childEnv({ DATA_DIR: dataDir, PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'info', SHIP_INTERVAL_MS: '50', ...env }),
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -212,9 +213,9 @@ export interface CliResult {
   stderr: string
 }
 
-/** Runs `burnrate <args>` with `env` (DATA_DIR etc.) and collects its output; SIGKILLs it after `ms`. */
-export function runCli(args: string[], env: Record<string, string>, ms = 20_000): Promise<CliResult> {
-  const child = spawn(process.execPath, [BIN, ...args], { env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] })
+/** Runs `burnrate <args>` (of `bin`) with `env` (DATA_DIR etc.) and collects its output; SIGKILLs it after `ms`. */
+export function runCli(args: string[], env: Record<string, string>, ms = 20_000, bin = BIN): Promise<CliResult> {
+  const child = spawn(process.execPath, [bin, ...args], { env: childEnv(env), stdio: ['ignore', 'pipe', 'pipe'] })
   const exited = track(child)
   let stdout = ''
   let stderr = ''

@@ -10,6 +10,7 @@ import { createClickHouse } from '../../src/storage/clickhouse.ts'
 import { configRow } from '../../src/storage/configs.ts'
 import { migrate } from '../../src/storage/migrations.ts'
 import { insert } from '../../src/storage/query.ts'
+import type { JournalEntry } from '../../src/journal/types.ts'
 import { eventRow } from '../helpers/rows.ts'
 
 // Agents missing from Redis are loaded in batches, one batch of reads for
@@ -77,6 +78,45 @@ describe('loading agents from ClickHouse', () => {
     })
     expect(x!.minutes).toEqual([{ minute: minute - 1, costNano: 5, llmCalls: 1 }])
     expect(other!.minutes.reduce((s, m) => s + m.costNano, 0)).toBe(12) // u1's agent "a"
+  })
+
+  it('adds what the journal holds and ClickHouse does not, each event once, and the newer config and pause', async () => {
+    const minute = Math.floor(NOW / 60_000)
+    const shipped = eventRow({ user_id: 'j', agent_id: 'x', event_id: id(), at: NOW - 120_000, cost_nano: 3 })
+    const alsoJournaled = eventRow({ user_id: 'j', agent_id: 'x', event_id: id(), at: NOW - 60_000, cost_nano: 5 })
+    await insert(clickhouse, 'events', [shipped, alsoJournaled])
+    await insert(clickhouse, 'agent_configs', [configRow({ userId: 'j', agentId: 'x' }, { ...DEFAULT_POLICY, thresholdNano: 40 }, NOW - 60_000, 'system')])
+    // A stream of an instance that died: a batch shipped but not trimmed, and rows never shipped
+    // (an earlier release's config row among them, without the columns added since).
+    const unshipped = eventRow({ user_id: 'j', agent_id: 'x', event_id: id(), at: NOW - 30_000, cost_nano: 7 })
+    const { period_budgets: _p, run_budget_nano: _r, ...oldConfig } = configRow({ userId: 'j', agentId: 'x' }, { ...DEFAULT_POLICY, thresholdNano: 50 }, NOW - 30_000, 'system')
+    const pause = { user_id: 'j', agent_id: 'x', at: '2026-06-01 11:59:30.000', version: oldConfig.version + 1, is_paused: true, reason: 'manual', override: false, total_nano: 15, actor: 'k' }
+    const rows = [
+      { table: 'events', at: NOW - 60_000, row: alsoJournaled },
+      { table: 'events', at: NOW - 30_000, row: unshipped },
+      { table: 'events', at: NOW - 30_000, row: eventRow({ user_id: 'other', agent_id: 'x', event_id: id(), at: NOW - 30_000, cost_nano: 1000 }) },
+      { table: 'agent_configs', at: NOW - 30_000, row: oldConfig },
+      { table: 'pause_transitions', at: NOW - 30_000, row: pause },
+    ] as JournalEntry[]
+    const asked: string[][] = []
+    const load = agentLoader(clickhouse, {
+      journalRows: async function* (users) {
+        asked.push([...users])
+        yield* rows
+      },
+    })
+    const [x, fleet] = await Promise.all([load({ userId: 'j', agentId: 'x' }, NOW), load(fleetOf('j'), NOW)])
+    expect(asked).toEqual([['j']])
+    expect(x!.minutes).toEqual([
+      { minute: minute - 2, costNano: 3, llmCalls: 1 },
+      { minute: minute - 1, costNano: 5, llmCalls: 1 },
+      { minute: minute - 1, costNano: 7, llmCalls: 1 },
+    ])
+    expect(x!.seen.map((e) => e.eventId).sort()).toEqual([shipped.event_id, alsoJournaled.event_id, unshipped.event_id].sort())
+    expect(x!.policy).toEqual({ ...DEFAULT_POLICY, thresholdNano: 50 })
+    expect(x!.policyVersion).toBe(oldConfig.version)
+    expect(x!.pause).toMatchObject({ paused: true, reason: 'manual' })
+    expect(fleet!.minutes.reduce((s, m) => s + m.costNano, 0)).toBe(15)
   })
 
   it('gathers the agents asked for while a batch runs into the next one, within its concurrency', async () => {
