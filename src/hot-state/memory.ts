@@ -14,7 +14,7 @@ import { exhaustionAt, periodExhaustionAt } from './projection.ts'
 import { EventIdSet, FingerprintTable, fingerprint, type Fingerprint } from './dedup.ts'
 import { RollingWindow } from './minute-buckets.ts'
 import { NO_HISTORY, NO_PERIODS, PeriodTallies, type PeriodHistory } from './period-tallies.ts'
-import { agentKey, fleetOf, isFleet, refOf, type AgentRef } from './agent-ref.ts'
+import { FLEET, agentKey, fleetOf, isFleet, refOf, type AgentRef } from './agent-ref.ts'
 import { agentBudget, defaultPolicy, type AgentPolicy } from './meters.ts'
 import { DEFAULT_IGNORE_GRACE_MS, DEFAULT_RUN_IDLE_MS, NOT_IGNORED, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type Ignored, type PeriodSpend, type IgnoredPause, type ListedAgent, type PauseState, type RateCharge, type RateState, type RecordEvent, type RecordInput, type RecordResult, type ReleasedHold, type Restore, type RunStop, type Transition } from './types.ts'
 
@@ -538,6 +538,16 @@ export class MemoryHotState implements HotState {
   }
 
   async ping(): Promise<void> {}
+
+  async erase(userId: string, o: { agentIds: readonly string[]; budgets: readonly string[] }): Promise<number> {
+    let dropped = 0
+    const agents = new Set([...o.agentIds, ...(this.#byUser.get(userId)?.keys() ?? []), FLEET])
+    for (const agentId of agents) if (this.#agents.delete(agentKey({ userId, agentId }))) dropped++
+    this.#byUser.delete(userId)
+    if (this.#holds.delete(userId)) dropped++
+    for (const budget of o.budgets) if (this.#budgets.delete(budget)) dropped++
+    return dropped
+  }
 
   async close(): Promise<void> {}
 

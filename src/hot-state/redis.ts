@@ -14,7 +14,7 @@ import { periodExhaustionAt } from './projection.ts'
 import { budgetMeter, metersOf, pauseReasonOf, resolveMeters, type ResolvedMeter } from './meters.ts'
 import { holdRoom, levelsReached, pausedBy, type Judged } from './policy.ts'
 import { isControl, isControlReply, isMissingLibrary, loadLibrary, parseReply, queueScript, tallyCode, type Control, type LuaMeter, type ScriptName, type ScriptResult, type RateReply, type RecordedReply, type StateArgs, type TransitionReply } from './scripts.ts'
-import { agentKey, fleetOf, isFleet, type AgentRef } from './agent-ref.ts'
+import { FLEET, agentKey, fleetOf, isFleet, type AgentRef } from './agent-ref.ts'
 import { agentBudget, agentPolicyJson, defaultPolicy, type AgentPolicy } from './meters.ts'
 import { DEFAULT_IGNORE_GRACE_MS, DEFAULT_RUN_IDLE_MS, RUNNING, RateLimitedError, SYSTEM_ACTOR, type AgentLoad, type AgentLoader, type AgentSnapshot, type BudgetAlert, type HoldRequest, type HoldResult, type HotState, type ListedAgent, type PauseState, type PeriodSpend, type RateCharge, type RateState, type RecordEvent, type RecordResult, type ReleasedHold, type Transition } from './types.ts'
 
@@ -420,6 +420,32 @@ export class RedisHotState implements HotState {
     await this.#redis.ping()
   }
 
+  /**
+   * Unlinks every key of the user's states (each agent the index or `agentIds` names, and the
+   * fleet: their :s and the keys named after it), the user's agent index and the budgets. All
+   * carry the user's partition tag: one slot, so one call per chunk, on a cluster too.
+   */
+  async erase(userId: string, o: { agentIds: readonly string[]; budgets: readonly string[] }): Promise<number> {
+    const user = this.#userNames(userId)
+    const indexed = await unavailableOnError(() => this.#redis.zrange(user.index, '0', '-1'))
+    // The index's '' member marks it loaded; the fleet ('') is erased as an agent anyway.
+    const agents = new Set([...o.agentIds, ...indexed, FLEET])
+    const keys = [user.index, ...o.budgets.map((b) => `${user.budgets}${b}`)]
+    for (const agentId of agents) {
+      const ref = { userId, agentId }
+      const { agentBase, keyId } = this.#names(ref)
+      keys.push(...STATE_KEY_SUFFIXES.map((suffix) => `${agentBase}${keyId}${suffix}`))
+      this.#policies.delete(agentKey(ref))
+      this.#agentNames.delete(agentKey(ref))
+    }
+    let dropped = 0
+    for (let i = 0; i < keys.length; i += ERASE_CHUNK) {
+      const chunk = keys.slice(i, i + ERASE_CHUNK)
+      dropped += await unavailableOnError(() => whileSlotMoves(() => this.#redis.unlink(...chunk)))
+    }
+    return dropped
+  }
+
   /** The client belongs to the caller, who quits it. */
   async close(): Promise<void> {}
 
@@ -733,6 +759,15 @@ function snapshotOf(r: ScriptResult<'read'>['states'][number], s: Pick<CallState
     heldNano: r.held,
   }
 }
+
+/**
+ * The keys of a state, after its name (agentBase + key id): its packed state, its window's
+ * minutes and days, its period tallies' hours, its runs (lua/state.lua, lua/load.lua).
+ */
+const STATE_KEY_SUFFIXES = [':s', ':w', ':d', ':hz', ':h', ':r', ':rz', ':rh'] as const
+
+/** Keys one UNLINK of an erasure names. */
+const ERASE_CHUNK = 500
 
 /** Keys live 25 h after an agent's last write: longer than the window, so only idle agents expire. */
 const AGENT_TTL_MS = 25 * 60 * 60 * 1000

@@ -359,6 +359,14 @@ export interface HotState {
    * has no such open hold (settled, released, expired, never granted, or another user's).
    */
   release(userId: string, holdId: string, now: number, rate?: RateCharge): Promise<{ hold: ReleasedHold | null; rate: RateState | null }>
+  /**
+   * burnrate users erase: forgets every state of the user (its agents' and its fleet's, open
+   * holds with them) and the budgets of events `budgets` names (RateCharge keys of its API
+   * keys), journaling nothing. `agentIds`: agents the stored rows name, beside those the hot
+   * state knows itself. Answers how many entries it dropped (states, hold books, budgets; in
+   * Redis, keys).
+   */
+  erase(userId: string, o: { agentIds: readonly string[]; budgets: readonly string[] }): Promise<number>
   ping(): Promise<void>
   close(): Promise<void>
 }

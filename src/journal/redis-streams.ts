@@ -4,7 +4,7 @@ import type { Cluster, Redis } from 'ioredis'
 import { NO_REPLICA_WAIT, durably, whileSlotMoves, type ReplicaWait } from '../storage/redis.ts'
 import { partitionOf, partitionTag } from '../storage/redis-keys.ts'
 import { STREAM_LUA } from './stream-lua.ts'
-import { JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalEntry, type JournalRow, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
+import { JOURNAL_TABLES, JournalFullError, rowOfUser, type ErasableJournal, type JournalBacklog, type JournalBatch, type JournalEntry, type JournalRow, type JournalSeal, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
 
 /**
  * The journal with REDIS_URL: Redis Streams, partitioned by user, so that a
@@ -56,7 +56,7 @@ export class PartitionCountError extends Error {
   }
 }
 
-export class RedisJournal implements JournalSource {
+export class RedisJournal implements JournalSource, ErasableJournal {
   readonly #o: Required<RedisJournalOptions>
   readonly #scripts: Scripts
   #backlog: JournalBacklog = { rows: 0, bytes: 0, oldestAt: null }
@@ -250,6 +250,50 @@ export class RedisJournal implements JournalSource {
     this.#backlog = { rows, bytes: 0, oldestAt: rows === 0 ? null : this.#backlog.oldestAt }
   }
 
+  /**
+   * For an erasure: the user's entries not yet shipped in every instance's stream of the
+   * user's partition, and whether each instance has shipped its stream past the newest of
+   * them since (each instance ships its own; a dead one's, whoever took it over).
+   */
+  async seal(userId: string): Promise<JournalSeal> {
+    const p = this.partitionOf(userId)
+    const newest = new Map<RedisJournal, string>()
+    let rows = 0
+    for (const journal of await this.#journals()) {
+      const { ids, entries } = await journal.#read(p, `(${await journal.#cursor(p)}`, '+', Infinity)
+      entries.forEach((e, i) => {
+        if (!rowOfUser(e.json, userId)) return
+        rows++
+        newest.set(journal, ids[i]!)
+      })
+    }
+    const shipped = async () => {
+      for (const [journal, id] of newest) if (compareIds(await journal.#cursor(p), id) < 0) return false
+      return true
+    }
+    return { rows, shipped }
+  }
+
+  /** Writes every instance's stream of the user's partition again without what it has shipped (lua/rewrite.lua). */
+  async scrub(userId: string): Promise<void> {
+    const p = this.partitionOf(userId)
+    for (const journal of await this.#journals()) {
+      const cursor = await journal.#cursor(p)
+      await whileSlotMoves(() => this.#scripts.burnrateJournalRewrite(journal.streamKey(p), cursor))
+    }
+  }
+
+  /** The journal of every registered instance, this one's included. */
+  async #journals(): Promise<RedisJournal[]> {
+    const instances = await this.#o.redis.smembers(this.#instancesKey)
+    return instances.map((instance) => (instance === this.#o.instance ? this : new RedisJournal({ ...this.#o, instance, caller: this.#o.caller })))
+  }
+
+  /** The id this journal has shipped its stream of a partition up to ('0-0': nothing yet). */
+  async #cursor(partition: number): Promise<string> {
+    return (await this.#o.redis.hget(this.#shipKey, `c${partition}`)) ?? '0-0'
+  }
+
   get #shipKey(): string {
     return `${this.#o.prefix}ship:${this.#o.instance}`
   }
@@ -313,6 +357,13 @@ function entryOf(fields: Buffer[]): ShippedEntry {
   return { table, at, json }
 }
 
+/** Orders two stream ids (ms-seq). */
+function compareIds(a: string, b: string): number {
+  const [am, as] = a.split('-').map(BigInt) as [bigint, bigint]
+  const [bm, bs] = b.split('-').map(BigInt) as [bigint, bigint]
+  return am !== bm ? (am < bm ? -1 : 1) : as === bs ? 0 : as < bs ? -1 : 1
+}
+
 /** The stream id right after `id` (XTRIM MINID keeps ids at or above it). */
 function after(id: string): string {
   const [ms, seq] = id.split('-')
@@ -325,5 +376,6 @@ const SCRIPTS = {
   burnrateJournalBegin: { lua: lua('begin'), keys: 1 },
   burnrateJournalCommit: { lua: lua('commit'), keys: 1 },
   burnrateJournalLease: { lua: lua('lease'), keys: 1 },
+  burnrateJournalRewrite: { lua: lua('rewrite'), keys: 1 },
 }
 type Scripts = Record<keyof typeof SCRIPTS, (...args: Array<string | number>) => Promise<unknown>>

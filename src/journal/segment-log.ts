@@ -3,7 +3,7 @@ import { mkdirSync, readdirSync } from 'node:fs'
 import { open, readFile, rename, rm, statfs, type FileHandle } from 'node:fs/promises'
 import { join } from 'node:path'
 import { crc32 } from 'node:zlib'
-import { DiskFullError, JOURNAL_TABLES, JournalFullError, type JournalBacklog, type JournalBatch, type JournalEntry, type JournalRow, type JournalSource, type ShippedEntry } from './types.ts'
+import { DiskFullError, JOURNAL_TABLES, JournalFullError, rowOfUser, type ErasableJournal, type JournalBacklog, type JournalBatch, type JournalEntry, type JournalRow, type JournalSeal, type JournalSource, type ShippedEntry } from './types.ts'
 
 /**
  * The embedded journal: an append-only log of segment files under DATA_DIR/journal, written
@@ -69,7 +69,7 @@ const READ_CHUNK = 1024 * 1024
 /** How often the filesystem's free space is read (and at once after a write that may have crossed the bound). */
 const STATFS_EVERY_MS = 1000
 
-export class SegmentLog implements JournalSource {
+export class SegmentLog implements JournalSource, ErasableJournal {
   readonly #o: Required<Omit<SegmentLogOptions, 'onFailure'>> & Pick<SegmentLogOptions, 'onFailure'>
   /**
    * The filesystem's free bytes: read every STATFS_EVERY_MS, less what this log wrote since,
@@ -209,10 +209,59 @@ export class SegmentLog implements JournalSource {
     await this.#saveCheckpoint({ ...this.#cp, shipped: intent.to, intent: null })
     this.#unshippedRows -= intent.rows
     while (this.#marks.length > 0 && (this.#marks[1]?.offset ?? this.#end) <= intent.to) this.#marks.shift()
-    // Whole segments before the shipped point go; the one being written stays.
-    while (this.#segments.length > 1 && this.#segments[1]! <= intent.to) {
+    await this.#dropShipped()
+  }
+
+  /**
+   * For an erasure: the user's rows not yet shipped, and a new segment begun, so that
+   * every row appended before the call is in a segment that goes once it is shipped
+   * (scrub(); a segment being written stays, and would keep the user's bytes).
+   */
+  async seal(userId: string): Promise<JournalSeal> {
+    let rows = 0
+    for (let offset = this.#cp.shipped; offset < this.#end; ) {
+      const { entries, next } = await this.#read(offset, this.#end, 10_000)
+      for (const e of entries) if (rowOfUser(e.json, userId)) rows++
+      offset = next
+    }
+    await this.#rollNow()
+    const mark = this.#end
+    return { rows, shipped: () => Promise.resolve(this.#cp.shipped >= mark) }
+  }
+
+  async scrub(): Promise<void> {
+    await this.#dropShipped()
+  }
+
+  /** Whole segments before the shipped point go; the one being written stays. */
+  async #dropShipped(): Promise<void> {
+    while (this.#segments.length > 1 && this.#segments[1]! <= this.#cp.shipped) {
       await rm(join(this.#o.dir, segmentName(this.#segments.shift()!)), { force: true })
     }
+  }
+
+  /**
+   * Begins a new segment now, unless the open one is empty. Taken as the write loop is
+   * taken: appends meanwhile wait in the next group, written once the new segment is open.
+   */
+  async #rollNow(): Promise<void> {
+    while (this.#writing) await this.#writing
+    if (this.#failed !== null) throw this.#failed
+    const rolled = this.#fileBytes === 0 ? Promise.resolve() : this.#roll()
+    this.#writing = rolled.then(
+      () => {
+        this.#writing = this.#pending ? this.#writeLoop() : null
+      },
+      (err: unknown) => {
+        this.#failed = err
+        this.#writing = null
+        this.#pending?.reject(err)
+        this.#pending = null
+        this.#o.onFailure?.(err)
+        throw err
+      },
+    )
+    await this.#writing
   }
 
   /** Waits for the writes under way, then closes the file. */

@@ -103,6 +103,31 @@ function mib(bytes: number): string {
 }
 
 /** Thrown when the journal holds its configured bound: POST /events answers 503 with Retry-After. */
+/**
+ * What an erasure (burnrate users erase) asks of a journal: the user's rows are shipped
+ * to ClickHouse like any (where the erasure deletes them), then no byte of them may stay in
+ * the journal's storage, where a shipped row lingers (a segment file, a stream's node).
+ */
+export interface ErasableJournal {
+  /**
+   * The user's rows not yet shipped, and a test of whether every row of the user appended
+   * before the call is shipped now (the shipper does it; the caller waits).
+   */
+  seal(userId: string): Promise<JournalSeal>
+  /** Removes the rows shipped up to now from the journal's storage. */
+  scrub(userId: string): Promise<void>
+}
+
+export interface JournalSeal {
+  rows: number
+  shipped(): Promise<boolean>
+}
+
+/** Whether a journal row (its JSON, as journaled) is of the user: every journal table's rows have user_id. */
+export function rowOfUser(json: Buffer | string, userId: string): boolean {
+  return (JSON.parse(json.toString()) as { user_id?: unknown }).user_id === userId
+}
+
 export class JournalFullError extends Error {
   readonly backlog: JournalBacklog
   constructor(backlog: JournalBacklog) {

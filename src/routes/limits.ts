@@ -49,10 +49,15 @@ export function routeLimits(config: Config): RouteLimits {
     errorResponseBuilder: (_req, ctx) => rateLimitedProblem(ctx.max, ctx.ttl),
   })
   return {
-    eventsCharge: (req) => ({ key: `events:${req.principal?.keyId ?? req.ip}`, max: req.principal?.rateLimit ?? config.rateLimits.events, windowMs: WINDOW_MS }),
+    eventsCharge: (req) => ({ key: eventsBudget(req.principal?.keyId ?? req.ip), max: req.principal?.rateLimit ?? config.rateLimits.events, windowMs: WINDOW_MS }),
     reads: limit('reads', () => config.rateLimits.reads),
     config: limit('config', () => config.rateLimits.config),
   }
+}
+
+/** The name of a key's budget of events (a RateCharge key): an erasure forgets its user's. */
+export function eventsBudget(keyId: string): string {
+  return `events:${keyId}`
 }
 
 /** The 429 of a budget spent, `ttlMs` before its window ends. */

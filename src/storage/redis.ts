@@ -172,3 +172,48 @@ export async function checkPersistence(redis: RedisClient, log: { warn(obj: obje
 
 /** Where instances tell each other that an API key was revoked. */
 export const KEY_REVOKED_CHANNEL = 'burnrate:keys:revoked'
+
+/**
+ * Has every node write its persistence files again from what it holds now (after an
+ * erasure): the append-only file keeps every command that wrote a key until it is rewritten,
+ * and an RDB snapshot what it held when it was taken. BGREWRITEAOF where appendonly is on,
+ * BGSAVE where snapshots are configured; a rewrite already under way began before the
+ * erasure, so another one follows it. Resolves with the nodes' addresses it could not
+ * confirm (CONFIG refused, or a rewrite that failed), for the caller to report.
+ */
+export async function rewritePersistence(redis: RedisClient, timeoutMs: number): Promise<string[]> {
+  const nodes = redis instanceof Cluster ? redis.nodes('all') : [redis]
+  const unconfirmed: string[] = []
+  for (const node of nodes) {
+    const where = `${node.options.host ?? 'localhost'}:${node.options.port ?? 6379}`
+    try {
+      const flat = (await node.call('CONFIG', 'GET', 'appendonly')) as string[]
+      const snapshots = ((await node.call('CONFIG', 'GET', 'save')) as string[])[1] ?? ''
+      if (flat[1] === 'yes') await rewriteOnce(node, 'aof', timeoutMs)
+      if (snapshots.trim() !== '') await rewriteOnce(node, 'rdb', timeoutMs)
+    } catch {
+      unconfirmed.push(where)
+    }
+  }
+  return unconfirmed
+}
+
+async function rewriteOnce(node: Redis, kind: 'aof' | 'rdb', timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs
+  const busy = async () => {
+    const info = await node.info('persistence')
+    return kind === 'aof' ? /aof_rewrite_in_progress:1|aof_rewrite_scheduled:1/.test(info) : /rdb_bgsave_in_progress:1/.test(info)
+  }
+  const waitIdle = async () => {
+    while (await busy()) {
+      if (Date.now() > deadline) throw new Error(`Redis ${kind} rewrite still running after ${timeoutMs} ms`)
+      await sleep(50)
+    }
+  }
+  await waitIdle()
+  await (kind === 'aof' ? node.bgrewriteaof() : node.bgsave())
+  await waitIdle()
+  const info = await node.info('persistence')
+  const status = kind === 'aof' ? /aof_last_bgrewrite_status:(\w+)/.exec(info) : /rdb_last_bgsave_status:(\w+)/.exec(info)
+  if (status?.[1] !== 'ok') throw new Error(`Redis ${kind} rewrite ended ${status?.[1] ?? 'unknown'}`)
+}
