@@ -23,6 +23,7 @@ import { agentLoader, rebuildHotState } from './ingest/rebuild.ts'
 import { IngestService } from './ingest/service.ts'
 import { HoldService } from './holds/service.ts'
 import { ExportService } from './exports/service.ts'
+import { eraseUser, type Erasure } from './erasure/service.ts'
 import { keepJournal } from './journal/keeper.ts'
 import { RedisJournal } from './journal/redis-streams.ts'
 import { SegmentLog } from './journal/segment-log.ts'
@@ -34,6 +35,7 @@ import { createClickHouse } from './storage/clickhouse.ts'
 import { agentTotals } from './storage/events.ts'
 import { migrate } from './storage/migrations.ts'
 import { applyRetention, oldestEventReader } from './storage/retention.ts'
+import { shortenCleanup } from './storage/erasure.ts'
 import { Cluster } from 'ioredis'
 import { checkPersistence, createRedis, KEY_REVOKED_CHANNEL, watch, type RedisClient } from './storage/redis.ts'
 import { windowStartMs } from './rolling-day.ts'
@@ -58,6 +60,8 @@ export interface Services {
   exports: ExportService
   keys: ApiKeys
   webhooks: WebhookNotifier
+  /** burnrate users erase: every row, key, hot-state and journal entry of the user (erasure/service.ts). */
+  eraseUser(userId: string, actor: string): Promise<Erasure>
   /** Told what each OTLP export came to (its metric). */
   onOtlpExport(o: OtlpOutcome): void
   /** Stores what is pending, lets notifications finish (bounded), closes the stores. */
@@ -82,6 +86,7 @@ export async function openServices(
   if (applied.length > 0) log.info({ applied }, 'applied migrations')
   const retention = await applyRetention(clickhouse, config.retention)
   if (retention.length > 0) log.info({ retention }, 'applied retention')
+  await shortenCleanup(clickhouse)
 
   // Two homes for the hot state and its journal: in process with a segment log
   // under DATA_DIR, or Redis with its streams, shared by every instance.
@@ -224,6 +229,7 @@ export async function openServices(
     exports,
     keys,
     webhooks,
+    eraseUser: (userId, actor) => eraseUser({ clickhouse, keys, hotState, journal: (segmentLog ?? redisJournal)!, shipper, redis, clock }, userId, actor),
     async close() {
       // What is left stays in the journal and ships after the next start (or, with Redis,
       // from another instance once this one's lease has run out).
@@ -265,7 +271,7 @@ export async function startServer(config: Config): Promise<RunningServer> {
   let admin: Server | null = null
   let metricsServer: Server | null = null
   try {
-    admin = await startAdminSocket(adminSocketPath(config.dataDir), services.keys, services.exports)
+    admin = await startAdminSocket(adminSocketPath(config.dataDir), services.keys, services.exports, services.eraseUser)
     if (config.metricsPort !== undefined) metricsServer = await serveMetrics(services.metrics.registry, config.metricsPort, config.host)
     const address = await app.listen({ port: config.port, host: config.host })
     let closing: Promise<void> | null = null

@@ -4,11 +4,13 @@ import { join } from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import type { ApiKeys } from '../auth/api-keys.ts'
 import { Problem } from '../errors.ts'
+import type { Erasure } from '../erasure/service.ts'
 import type { ExportService } from '../exports/service.ts'
 import { exportRange, type ExportRange } from '../schemas/export.ts'
 
 /**
- * The admin socket: a Unix socket under DATA_DIR through which `burnrate keys …` reaches
+ * The admin socket: a Unix socket under DATA_DIR through which `burnrate keys …` (and
+ * `export`, `users erase`) reaches
  * a running server. chDB lets one process open a data path, so while the server holds it
  * the CLI asks the server; a key created or revoked this way takes effect at once.
  * The socket file is only reachable by users who can reach DATA_DIR.
@@ -24,7 +26,12 @@ export async function claimAdminSocket(path: string): Promise<void> {
   unlinkSync(path)
 }
 
-export async function startAdminSocket(path: string, keys: ApiKeys, exports: ExportService): Promise<Server> {
+export async function startAdminSocket(
+  path: string,
+  keys: ApiKeys,
+  exports: ExportService,
+  eraseUser: (userId: string, actor: string) => Promise<Erasure>,
+): Promise<Server> {
   await claimAdminSocket(path)
   const server = createServer((req, res) => {
     const send = (status: number, body: unknown) => {
@@ -59,6 +66,11 @@ export async function startAdminSocket(path: string, keys: ApiKeys, exports: Exp
             rateLimit: typeof body.rate_limit === 'number' ? body.rate_limit : null,
           })
           return send(200, created)
+        }
+        // `burnrate users erase`: the server erases, as it holds the data path and the hot state.
+        if (req.method === 'POST' && req.url === '/users/erase') {
+          if (typeof body.user !== 'string' || body.user === '' || typeof body.actor !== 'string') return send(400, { error: 'an erasure needs user and actor' })
+          return send(200, await eraseUser(body.user, body.actor))
         }
         const revoke = req.method === 'POST' ? /^\/keys\/([^/]+)\/revoke$/.exec(req.url ?? '') : null
         if (revoke) {

@@ -60,7 +60,7 @@ export const COMMANDS: Readonly<Record<string, CommandSpec>> = {
     summary: 'meters what AI agents spend on LLM calls and pauses the ones over budget',
     positionals: [],
     options: { help, version: { type: 'boolean', short: 'v', help: 'print the version and exit' } },
-    subcommands: ['serve', 'migrate', 'keys create', 'keys list', 'keys revoke', 'export'],
+    subcommands: ['serve', 'migrate', 'keys create', 'keys list', 'keys revoke', 'export', 'users erase'],
     details:
       'Configured by the environment: PORT, HOST, DATA_DIR, CLICKHOUSE_URL, REDIS_URL, LOG_LEVEL,\n' +
       'PRICES_FILE and the others docs/configuration.md lists. `burnrate help <command>` or\n' +
@@ -157,6 +157,30 @@ export const COMMANDS: Readonly<Record<string, CommandSpec>> = {
       'DATA_DIR: with one running on an embedded ClickHouse, the export goes through its admin socket\n' +
       '(DATA_DIR/burnrate.sock) and takes one of its export slots; with CLICKHOUSE_URL, the command\n' +
       'reads ClickHouse itself. Exits 1 when the export fails (a partial --out file is removed).',
+  },
+  users: {
+    name: 'users',
+    summary: "erase a user's data",
+    positionals: [],
+    options: { help },
+    subcommands: ['users erase'],
+  },
+  'users erase': {
+    name: 'users erase',
+    summary: 'delete every event, config, key, hold and journal entry of a user, and print what went',
+    positionals: [],
+    options: {
+      user: userOption('the user to erase (required)'),
+      help,
+    },
+    details:
+      'Revokes the user\'s API keys first (their requests are refused from then on), then deletes the\n' +
+      "user's rows from every ClickHouse table, the hot state's entries and the journal's, and waits\n" +
+      'until no file of ClickHouse, the journal or Redis keeps them. Prints the count removed of each\n' +
+      'kind. The audit log keeps one record of it, under sha256:<hex of the user id>, never the id.\n' +
+      'With a server running on DATA_DIR, the server erases (through its admin socket), while it goes\n' +
+      'on serving the other users; otherwise the command does it itself (with REDIS_URL, beside\n' +
+      'running instances). docs/erasure.md says what is removed, what is kept and how to show it.',
   },
 }
 

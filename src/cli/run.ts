@@ -1,12 +1,15 @@
 import type { ClickHouseClient } from '@clickhouse/client'
 import { createWriteStream, existsSync, renameSync, rmSync } from 'node:fs'
+import { userInfo } from 'node:os'
+import { pino } from 'pino'
 import type { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import type { CreatedKey } from '../auth/api-keys.ts'
+import type { Erasure } from '../erasure/service.ts'
 import { ApiKeys } from '../auth/api-keys.ts'
 import { systemClock } from '../clock.ts'
 import type { Config } from '../config.ts'
-import { startServer } from '../server.ts'
+import { openServices, startServer } from '../server.ts'
 import { createClickHouse } from '../storage/clickhouse.ts'
 import type { ApiKeyRecord } from '../storage/keys.ts'
 import { migrate, migrationStatus, SchemaTooNewError, type Migration } from '../storage/migrations.ts'
@@ -34,6 +37,8 @@ export function run(command: string, config: Config, values: Record<string, stri
       return revokeKey(config, positionals[0]!)
     case 'export':
       return exportCommand(config, values)
+    case 'users erase':
+      return eraseCommand(config, values.user!)
     default:
       throw new Error(`no handler for the command '${command}'`)
   }
@@ -263,4 +268,45 @@ async function exportCommand(config: Config, values: Record<string, string | und
   }
   if (out !== undefined) say(`exported the events of user ${user} to ${out}`)
   return 0
+}
+
+/**
+ * `burnrate users erase`: through a running server's admin socket (it holds the data path and
+ * the hot state, and goes on serving), or with the stores opened here as a server opens them.
+ */
+async function eraseCommand(config: Config, user: string): Promise<number> {
+  const actor = `cli:${osUser()}`
+  let erasure: Erasure
+  if (await serverRunning(config.dataDir)) {
+    erasure = await adminRequest<Erasure>(adminSocketPath(config.dataDir), 'POST', '/users/erase', { user, actor }).catch((err: unknown) => {
+      throw new Error(`the burnrate server on DATA_DIR ${config.dataDir}: ${err instanceof Error ? err.message : String(err)}`, { cause: err })
+    })
+  } else {
+    const release = holdConsole()
+    // Its log goes to stderr, warnings up: stdout is the command's answer.
+    const services = await openServices(config, { log: pino({ level: 'warn' }, pino.destination(2)) }).catch((err: unknown) => {
+      release(false)
+      throw err
+    })
+    try {
+      erasure = await services.eraseUser(user, actor)
+    } finally {
+      await services.close()
+      release(true)
+    }
+  }
+  say(`erased user ${user}; the audit log records it as ${erasure.subject}`)
+  say(['KIND', 'REMOVED'].join('\t'))
+  for (const [kind, n] of Object.entries(erasure.removed)) say(`${kind}\t${n}`)
+  for (const node of erasure.unconfirmed) complain(`burnrate users erase: could not confirm that Redis at ${node} wrote its persistence files again (BGREWRITEAOF): check it has no copy of the user`)
+  return 0
+}
+
+/** Who runs the command, for the audit record: the OS user, when the system names one. */
+function osUser(): string {
+  try {
+    return userInfo().username
+  } catch {
+    return 'unknown'
+  }
 }
