@@ -18,7 +18,7 @@ import type { IngestService } from './ingest/service.ts'
 import type { HoldService } from './holds/service.ts'
 import { agentsRoutes } from './routes/agents.ts'
 import { runsRoutes } from './routes/runs.ts'
-import { GroupedLocalStore } from './routes/limits.ts'
+import { GroupedLocalStore, ROUTE_LIMITS_PREFIX } from './routes/limits.ts'
 import { configRoutes } from './routes/config.ts'
 import { costsRoutes } from './routes/costs.ts'
 import { DASHBOARD_ROUTES, dashboardRoutes } from './routes/dashboard.ts'
@@ -190,7 +190,7 @@ export async function buildApp(deps: AppDeps): Promise<FastifyInstance> {
   // Redis is away the limit is skipped: the hot state answers 503 for writes anyway.
   await app.register(
     rateLimit,
-    deps.redis ? { global: false, redis: deps.redis, nameSpace: 'burnrate:rl:', skipOnError: true } : { global: false, store: GroupedLocalStore },
+    deps.redis ? { global: false, redis: deps.redis, nameSpace: ROUTE_LIMITS_PREFIX, skipOnError: true } : { global: false, store: GroupedLocalStore },
   )
 
   app.setErrorHandler((err: FastifyError, request, reply) => {

@@ -5,9 +5,9 @@ import type { Clock } from '../clock.ts'
 import type { HotState } from '../hot-state/types.ts'
 import type { Shipper } from '../journal/shipper.ts'
 import type { ErasableJournal } from '../journal/types.ts'
-import { eventsBudget } from '../routes/limits.ts'
+import { eventsBudget, ROUTE_LIMITS_PREFIX } from '../routes/limits.ts'
 import { countUserRows, deleteUserRows, erasureSubject, recordErasure, userAgentIds, waitForReplacedParts } from '../storage/erasure.ts'
-import { rewritePersistence, type RedisClient } from '../storage/redis.ts'
+import { rewritePersistence, unlinkMatching, type RedisClient } from '../storage/redis.ts'
 
 export interface ErasureDeps {
   clickhouse: ClickHouseClient
@@ -80,6 +80,8 @@ export async function eraseUser(deps: ErasureDeps, userId: string, actor: string
     if (pass === MAX_PASSES) throw new Error(`events of the user kept being counted after ${MAX_PASSES} passes: are its API keys revoked everywhere?`)
   }
 
+  // The other routes' limits (@fastify/rate-limit) count per key id in Redis too; in process they are memory only.
+  for (const k of userKeys) if (deps.redis) add('hot_state', await unlinkMatching(deps.redis, `${ROUTE_LIMITS_PREFIX}*:${k.keyId}`))
   await waitForReplacedParts(clickhouse, WAIT_MS)
   await journal.scrub(userId)
   const unconfirmed = deps.redis ? await rewritePersistence(deps.redis, WAIT_MS) : []

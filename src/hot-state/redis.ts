@@ -430,14 +430,22 @@ export class RedisHotState implements HotState {
     const indexed = await unavailableOnError(() => this.#redis.zrange(user.index, '0', '-1'))
     // The index's '' member marks it loaded; the fleet ('') is erased as an agent anyway.
     const agents = new Set([...o.agentIds, ...indexed, FLEET])
-    const keys = [user.index, ...o.budgets.map((b) => `${user.budgets}${b}`)]
+    const named = new Set<string>()
     for (const agentId of agents) {
       const ref = { userId, agentId }
       const { agentBase, keyId } = this.#names(ref)
-      keys.push(...STATE_KEY_SUFFIXES.map((suffix) => `${agentBase}${keyId}${suffix}`))
+      named.add(`${agentBase}${keyId}`)
       this.#policies.delete(agentKey(ref))
       this.#agentNames.delete(agentKey(ref))
     }
+    // An agent with an open hold and nothing stored is named by its fleet's holds (lua/state.lua hold_entry: 'amount key_id agent').
+    const fleet = this.#names(fleetOf(userId))
+    for (const entry of await unavailableOnError(() => this.#redis.hvals(`${fleet.agentBase}${fleet.keyId}:h`))) {
+      const keyId = entry.split(' ')[1]
+      if (keyId && /^[0-9a-f]+$/.test(keyId)) named.add(`${fleet.agentBase}${keyId}`)
+    }
+    const keys = [user.index, ...o.budgets.map((b) => `${user.budgets}${b}`)]
+    for (const name of named) keys.push(...STATE_KEY_SUFFIXES.map((suffix) => `${name}${suffix}`))
     let dropped = 0
     for (let i = 0; i < keys.length; i += ERASE_CHUNK) {
       const chunk = keys.slice(i, i + ERASE_CHUNK)

@@ -30,6 +30,9 @@ export interface RouteLimits {
   config: RateLimitOptions
 }
 
+/** Where @fastify/rate-limit keeps its counts in Redis: `<prefix><route>-<group>:<key id>`. */
+export const ROUTE_LIMITS_PREFIX = 'burnrate:rl:'
+
 /** Every budget is per minute. */
 const WINDOW_MS = 60_000
 

@@ -217,3 +217,19 @@ async function rewriteOnce(node: Redis, kind: 'aof' | 'rdb', timeoutMs: number):
   const status = kind === 'aof' ? /aof_last_bgrewrite_status:(\w+)/.exec(info) : /rdb_last_bgsave_status:(\w+)/.exec(info)
   if (status?.[1] !== 'ok') throw new Error(`Redis ${kind} rewrite ended ${status?.[1] ?? 'unknown'}`)
 }
+
+/** Unlinks the keys whose names match `pattern` (SCAN MATCH, on every master of a cluster); resolves with how many. */
+export async function unlinkMatching(redis: RedisClient, pattern: string): Promise<number> {
+  const nodes = redis instanceof Cluster ? redis.nodes('master') : [redis]
+  let unlinked = 0
+  for (const node of nodes) {
+    let cursor = '0'
+    do {
+      const [next, keys] = await node.scan(cursor, 'MATCH', pattern, 'COUNT', 1000)
+      cursor = next
+      // One by one: on a cluster the keys of one reply may be in different slots.
+      for (const key of keys) unlinked += await node.unlink(key)
+    } while (cursor !== '0')
+  }
+  return unlinked
+}
