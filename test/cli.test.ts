@@ -186,7 +186,7 @@ describe('burnrate help and --version', () => {
     const r = await runCli([arg], { DATA_DIR: dataDir })
     expect(r).toMatchObject({ code: 0, stderr: '' })
     expect(r.stdout).toMatch(/^burnrate: .+\n\nusage: burnrate <command>\n/)
-    for (const line of ['  serve ', '  migrate ', '  keys create --user <user> [--name <label>] [--rate-limit <per minute>]', '  keys list ', '  keys revoke <key-id> ', `  ${exportSynopsis.slice('burnrate '.length)}\n`, '-h, --help', '-v, --version']) {
+    for (const line of ['  serve ', '  migrate ', '  keys create --user <user> [--name <label>] [--rate-limit <per minute>]', '  keys list ', '  keys revoke <key-id> ', `  ${exportSynopsis.slice('burnrate '.length)}\n`, '  users erase --user <user> ', '-h, --help', '-v, --version']) {
       expect(r.stdout).toContain(line)
     }
     expect(existsSync(dataDir)).toBe(false)
@@ -200,6 +200,8 @@ describe('burnrate help and --version', () => {
     ['keys list', 'burnrate keys list', ['KEY ID']],
     ['keys revoke', 'burnrate keys revoke <key-id>', ['<key-id> is the KEY ID column']],
     ['export', exportSynopsis, ['--format <format>', 'csv (with a header row), ndjson or parquet', '[--from, --to)', 'admin socket']],
+    ['users', 'burnrate users <subcommand>', ['users erase']],
+    ['users erase', 'burnrate users erase --user <user>', ['sha256:<hex of the user id>', 'admin socket', 'docs/erasure.md']],
   ])('burnrate %s: --help, -h and burnrate help <command> show what it does and takes', async (command, synopsis, mentions) => {
     const words = command.split(' ')
     const dataDir = untouchedDataDir()
@@ -235,7 +237,7 @@ describe('burnrate refuses a wrong command line: exit 2, the reason, the usage',
   const top = 'burnrate <command>'
   const create = 'burnrate keys create --user <user> [--name <label>] [--rate-limit <per minute>]'
   it.each<[string[], RegExp, string]>([
-    [[], /^burnrate: a command is required \(serve, migrate, keys or export\)$/, top],
+    [[], /^burnrate: a command is required \(serve, migrate, keys, export or users\)$/, top],
     [['frobnicate'], /^burnrate: unknown command 'frobnicate'$/, top],
     [['--bogus'], /^burnrate: unknown option --bogus$/, top],
     [['--version', 'now'], /^burnrate: unexpected argument 'now'$/, top],
@@ -264,6 +266,8 @@ describe('burnrate refuses a wrong command line: exit 2, the reason, the usage',
     [['keys', 'revoke'], /^burnrate keys revoke: <key-id> is required$/, 'burnrate keys revoke <key-id>'],
     [['keys', 'revoke', 'abc', 'def'], /^burnrate keys revoke: unexpected argument 'def'$/, 'burnrate keys revoke <key-id>'],
     [['keys', 'revoke', '--force', 'abc'], /^burnrate keys revoke: unknown option --force$/, 'burnrate keys revoke <key-id>'],
+    [['users', 'erase'], /^burnrate users erase: --user is required$/, 'burnrate users erase --user <user>'],
+    [['users', 'erase', '--user', 'alice bob'], /^burnrate users erase: --user must be 1 to 128 characters/, 'burnrate users erase --user <user>'],
     [['export'], /^burnrate export: --user is required$/, exportSynopsis],
     [['export', '--user', 'alice', '--format', 'xml'], /^burnrate export: --format must be one of csv, ndjson, parquet$/, exportSynopsis],
     [['export', '--user', 'alice', 'november'], /^burnrate export: unexpected argument 'november'$/, exportSynopsis],

@@ -33,8 +33,14 @@ export interface Erasure {
   unconfirmed: string[]
 }
 
-/** How long an erasure waits for a journal to ship, for old parts to go, for a Redis rewrite. */
+/** How long an erasure waits for a journal to ship, for a Redis rewrite. */
 const WAIT_MS = 120_000
+
+/**
+ * How long it waits for the parts ClickHouse replaced to leave the disk: a ClickHouse server
+ * keeps them old_parts_lifetime first, 480 s by default (chDB none).
+ */
+const PARTS_WAIT_MS = 600_000
 
 /** Passes at most: another one runs when an event of the user was counted during the last. */
 const MAX_PASSES = 5
@@ -82,7 +88,7 @@ export async function eraseUser(deps: ErasureDeps, userId: string, actor: string
 
   // The other routes' limits (@fastify/rate-limit) count per key id in Redis too; in process they are memory only.
   for (const k of userKeys) if (deps.redis) add('hot_state', await unlinkMatching(deps.redis, `${ROUTE_LIMITS_PREFIX}*:${k.keyId}`))
-  await waitForReplacedParts(clickhouse, WAIT_MS)
+  await waitForReplacedParts(clickhouse, PARTS_WAIT_MS)
   await journal.scrub(userId)
   const unconfirmed = deps.redis ? await rewritePersistence(deps.redis, WAIT_MS) : []
   await recordErasure(clickhouse, { userId, actor, at: clock.now(), removed })
