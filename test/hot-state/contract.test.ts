@@ -1013,3 +1013,30 @@ describe('memory hot state', () => {
     expect((await hs.get(ref, T0)).snapshot.pause).toEqual({ paused: false, reason: null, override: true, since: 0 })
   })
 })
+
+describe.each(implementations)('hot state erase: %s', (_name, make) => {
+  it("forgets every state of the user, its holds and its keys' budgets, and nothing of another user", async () => {
+    const { hs } = await make()
+    const user = (agentId: string) => ({ userId: 'gone', agentId })
+    const rate = { key: 'events:gone-key', max: 2, windowMs: 60_000 }
+    await recordAll(hs, [{ ...ev(5, T0, user('a')), rate }, ev(7, T0, user('b')), ev(11, T0, { userId: 'kept', agentId: 'a' })])
+    await hs.setPolicy(user('configured-only'), policy(1), T0, 'key-1')
+    // An agent known only by its open hold.
+    expect((await hs.hold(user('held-only'), { holdId: 'h-gone', costNano: 3, expiresAt: T0 + 60_000 }, T0)).refusal).toBeNull()
+    expect((await hs.get(fleetOf('gone'), T0)).snapshot).toMatchObject({ totalNano: 12, heldNano: 3 })
+
+    // The stored rows name the configured agent; the hot state finds the others itself.
+    expect(await hs.erase('gone', { agentIds: ['configured-only'], budgets: [rate.key] })).toBeGreaterThan(0)
+
+    expect(await hs.listAgents('gone', T0)).toEqual([])
+    for (const agentId of ['a', 'b', 'held-only', 'configured-only']) {
+      expect((await hs.get(user(agentId), T0)).snapshot, agentId).toMatchObject({ active: false, totalNano: 0, heldNano: 0, configured: false })
+    }
+    expect((await hs.get(fleetOf('gone'), T0)).snapshot).toMatchObject({ totalNano: 0, heldNano: 0 })
+    expect((await hs.release('gone', 'h-gone', T0)).hold).toBeNull()
+    // The key's budget starts afresh (one charge used before the erasure, none counted now).
+    expect((await hs.record({ ...ev(1, T0, user('a')), rate }, T0)).rate).toMatchObject({ current: 1 })
+    expect((await hs.get({ userId: 'kept', agentId: 'a' }, T0)).snapshot).toMatchObject({ totalNano: 11, active: true })
+    expect(await hs.erase('nobody', { agentIds: [], budgets: [] })).toBe(0)
+  })
+})
