@@ -92,4 +92,31 @@ describe('burnrate users erase, a server running on DATA_DIR', () => {
     expect((await server.exited).code).toBe(0)
     expect(filesHoldingAny(dataDir, needles)).toEqual({})
   })
+
+  it('erases by itself when no server runs on DATA_DIR, and a server started after knows nothing of the user', { timeout: 180_000 }, async () => {
+    const dataDir = freshDataDir()
+    const ids = victimIds()
+    const victimKey = await createKey(dataDir, ids.user)
+    const other = await createKey(dataDir, `other-${randomUUID()}`)
+    let server = await startServe(dataDir)
+    const partial = { ...ids, key: victimKey.key, keyId: victimKey.keyId }
+    const victim: Victim = { ...partial, eventIds: await victimActivity(server.url, partial) }
+    const kept = randomUUID()
+    expect((await api(server.url, 'POST', '/events', other.key, { event_id: kept, agent_id: 'other-agent', event_type: 'agent_start' })).status).toBe(200)
+    // Stopped at once, kill -9: the journal keeps rows not yet shipped, which the erasure ships first.
+    server.kill('SIGKILL')
+    await server.exited
+
+    const erased = await runCli(['users', 'erase', '--user', victim.user], { DATA_DIR: dataDir }, 150_000)
+    expect(erased.stderr).toBe('')
+    expect(erased.code).toBe(0)
+    expect(removedCounts(erased.stdout)).toMatchObject({ api_keys_revoked: 1, events: victim.eventIds.length })
+    expect(filesHoldingAny(dataDir, victimNeedles(victim))).toEqual({})
+
+    server = await startServe(dataDir)
+    expect((await api(server.url, 'GET', '/agents', victim.key)).status).toBe(401)
+    await drained(server.url)
+    const events = (await api(server.url, 'GET', '/agents/events', other.key)).body.events as Array<{ event_id: string }>
+    expect(events.map((e) => e.event_id)).toEqual([kept])
+  })
 })
