@@ -37,6 +37,7 @@ export const USER_DATA: readonly UserTable[] = [
 /** Tables that hold nothing of any user, each with why. */
 export const NO_USER_DATA: Readonly<Record<string, string>> = {
   schema_migrations: 'the migrations applied',
+  schema_settings: 'the settings of the schema applied at start-up (retention TTLs)',
 }
 
 export interface UserTable {
