@@ -16,7 +16,7 @@ describe('burnrate users erase, a server running on DATA_DIR', () => {
   it('leaves nothing of the user in any file, route or restart, and nothing of the others changed', { timeout: 240_000 }, async () => {
     const dataDir = freshDataDir()
     const ids = victimIds()
-    const victimKey = await createKey(dataDir, ids.user, ['--name', `${ids.marker}key`])
+    const victimKey = await createKey(dataDir, ids.user, ['--name', `${ids.marker}key`, '--rate-limit', '999999999'])
     const bystander = await createKey(dataDir, `bystander-${randomUUID()}`)
     const busy = await createKey(dataDir, `busy-${randomUUID()}`)
     let server = await startServe(dataDir)
@@ -34,8 +34,7 @@ describe('burnrate users erase, a server running on DATA_DIR', () => {
     const before = await userView(server.url, bystander.key, 'bystander-agent', range)
 
     // The grep can fail: before the erasure it finds the victim's ids in the data files.
-    const needles = victimNeedles(victim)
-    const beforeFound = filesHoldingAny(dataDir, needles)
+    const beforeFound = filesHoldingAny(dataDir, victimNeedles(victim))
     // (The second agent has only a hold: hot state, never on disk.)
     for (const id of [victim.user, victim.agents[0]!, victim.agents[2]!, victim.runs[0]!, victim.marker]) expect(beforeFound[id], id).toBeDefined()
 
@@ -50,14 +49,31 @@ describe('burnrate users erase, a server running on DATA_DIR', () => {
       }
     })()
 
+    // The victim keeps sending too, until its first refusal: accepted until its key is revoked
+    // (then 401), and what was accepted goes with the rest. (It stops there: a client that goes
+    // on presenting a refused key is answered 429 for the minute, auth/failures.ts.)
+    const victimStatuses: number[] = []
+    const victimSender = (async () => {
+      while (sending && victimStatuses.at(-1) !== 401) {
+        const eventId = randomUUID()
+        victim.eventIds.push(eventId)
+        victimStatuses.push((await api(server.url, 'POST', '/events', victim.key, { event_id: eventId, agent_id: victim.agents[0], event_type: 'tool_call', tool_name: 't' })).status)
+      }
+    })()
+
     const erased = await runCli(['users', 'erase', '--user', victim.user], { DATA_DIR: dataDir }, 180_000)
     sending = false
     await sender
+    await victimSender
+    expect(victimStatuses.at(-1)).toBe(401)
+    expect(victimStatuses.slice(0, -1).every((s) => s === 200)).toBe(true)
     expect(erased.stderr).toBe('')
     expect(erased.code).toBe(0)
     expect(erased.stdout.split('\n')[0]).toBe(`erased user ${victim.user}; the audit log records it as ${erasureSubject(victim.user)}`)
     const removed = removedCounts(erased.stdout)
-    expect(removed).toMatchObject({ api_keys_revoked: 1, events: victim.eventIds.length, agent_configs: 1, budget_alerts: 1, run_stops: 0 })
+    const acceptedFromVictim = victimStatuses.filter((s) => s === 200).length
+    expect(removed).toMatchObject({ api_keys_revoked: 1, events: victim.eventIds.length - victimStatuses.length + acceptedFromVictim, agent_configs: 1, budget_alerts: 1, run_stops: 0 })
+    const needles = victimNeedles(victim)
     expect(removed.pause_transitions).toBe(2) // the budget's pause of one agent, the manual pause of another
     expect(removed.runs).toBeGreaterThanOrEqual(1)
     expect(removed.hot_state).toBeGreaterThanOrEqual(4) // three agents, the fleet, the hold's book

@@ -63,22 +63,29 @@ export function victimNeedles(v: Victim): string[] {
   return [v.user, ...v.agents, ...v.runs, ...v.eventIds, v.marker, v.keyId]
 }
 
-/** The files under `dir` (binary ones too) that hold `needle`. */
+/**
+ * The files under `dir` (binary ones too) that hold `needle`. grep exits 1 when it finds
+ * nothing, the answer wanted; and 2 when a file went away while it read the directory (a
+ * running ClickHouse replaces its files), which greps of a stopped process's files never meet.
+ */
 export function filesHolding(dir: string, needle: string): string[] {
-  const out = execFileSync('grep', ['-r', '-a', '-l', '-F', needle, dir, '--exclude=*.sock'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim()
-  return out === '' ? [] : out.split('\n')
+  let out: string
+  try {
+    out = execFileSync('grep', ['-r', '-a', '-l', '-s', '-F', needle, dir, '--exclude=*.sock'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] })
+  } catch (err) {
+    const { status, stdout } = err as { status?: number; stdout?: string }
+    if (status !== 1 && status !== 2) throw err
+    out = stdout ?? ''
+  }
+  return out.trim() === '' ? [] : out.trim().split('\n')
 }
 
-/** grep exits 1 when it finds nothing: that is the answer wanted, not a failure. */
+/** For each of `needles` that some file under `dir` holds: those files. */
 export function filesHoldingAny(dir: string, needles: readonly string[]): Record<string, string[]> {
   const found: Record<string, string[]> = {}
   for (const needle of needles) {
-    try {
-      const files = filesHolding(dir, needle)
-      if (files.length > 0) found[needle] = files
-    } catch (err) {
-      if ((err as { status?: number }).status !== 1) throw err
-    }
+    const files = filesHolding(dir, needle)
+    if (files.length > 0) found[needle] = files
   }
   return found
 }
