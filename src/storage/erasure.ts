@@ -38,6 +38,7 @@ export const USER_DATA: readonly UserTable[] = [
 export const NO_USER_DATA: Readonly<Record<string, string>> = {
   schema_migrations: 'the migrations applied',
   schema_settings: 'the settings of the schema applied at start-up (retention TTLs)',
+  schema_lock: 'who holds the lock migrations are applied under (an instance, never a user)',
 }
 
 export interface UserTable {
