@@ -31,7 +31,7 @@ export function createClickHouse(config: Pick<Config, 'clickhouse' | 'clickhouse
     })
   }
   mkdirSync(config.clickhouse.path, { recursive: true })
-  const connection = createChdbConnection({ path: config.clickhouse.path })
+  const connection = openChdb(config.clickhouse.path)
   const client = createClient({
     // chdb types its Connection against @clickhouse/client-common, which the client
     // vendors as its own copy: the shapes are the same, the declarations are not.
@@ -44,6 +44,23 @@ export function createClickHouse(config: Pick<Config, 'clickhouse' | 'clickhouse
   const path = config.clickhouse.path
   streamingSelects.set(client, (query, params, format) => sessionStream(path, query, params, format))
   return client
+}
+
+/**
+ * The embedded engine of `path`, started with BACKUP and RESTORE allowed to File() anywhere
+ * (`burnrate backup --to DIR` names the directory). chDB takes server configuration
+ * (backups.allowed_path is one, not a setting) only from the first connection of a path in a
+ * process, so a session given it opens first and closes once the client's connection holds
+ * the engine. Only burnrate's own SQL runs on this engine: no user names a path but through
+ * the admin socket or the CLI, which can reach DATA_DIR anyway.
+ */
+function openChdb(path: string): ReturnType<typeof createChdbConnection> {
+  const first = new Session(path, { connectionArgs: ['--backups.allowed_path=/'] })
+  try {
+    return createChdbConnection({ path })
+  } finally {
+    first.close()
+  }
 }
 
 /**
