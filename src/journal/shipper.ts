@@ -120,6 +120,10 @@ export class Shipper {
   #waiters: Array<{ after: number; resolve: () => void }> = []
   #failures = 0
   #outageStart = 0
+  /** Holds taken (hold()) and not released: no pass starts while there is one. */
+  #held = 0
+  #resume: (() => void) | null = null
+  #current: Promise<number> | null = null
 
   constructor(o: ShipperOptions) {
     this.#o = o
@@ -153,9 +157,30 @@ export class Shipper {
     return true
   }
 
+  /**
+   * Stops shipping until the returned release is called: resolves once the pass under way
+   * (if any) has ended, so nothing moves from the journal into ClickHouse between the two
+   * (a backup's consistency point: ClickHouse then holds exactly the journal up to its shipped
+   * offset). The journal goes on taking rows meanwhile. Calling release again does nothing.
+   */
+  async hold(): Promise<() => void> {
+    this.#held++
+    await this.#current
+    let released = false
+    return () => {
+      if (released) return
+      released = true
+      if (--this.#held > 0) return
+      const resume = this.#resume
+      this.#resume = null
+      resume?.()
+    }
+  }
+
   /** Stops after the batch under way (what is left stays in the journal for the next start). */
   async stop(): Promise<void> {
     this.#stopping = true
+    this.#resume?.()
     this.kick()
     await this.#loop
     this.#loop = null
@@ -163,8 +188,14 @@ export class Shipper {
 
   async #run(): Promise<void> {
     while (!this.#stopping) {
+      if (this.#held > 0) {
+        await new Promise<void>((resolve) => (this.#resume = resolve))
+        continue
+      }
       const pass = ++this.#passes
-      const pause = await this.#pass()
+      this.#current = this.#pass()
+      const pause = await this.#current
+      this.#current = null
       this.#waiters = this.#waiters.filter((w) => (w.after <= pass ? (w.resolve(), false) : true))
       await this.#sleep(pause)
     }
