@@ -1,9 +1,9 @@
-import { randomUUID } from 'node:crypto'
+import { createHash, randomUUID } from 'node:crypto'
 import { mkdirSync, readdirSync } from 'node:fs'
 import { open, readFile, rename, rm, statfs, type FileHandle } from 'node:fs/promises'
 import { join } from 'node:path'
 import { crc32 } from 'node:zlib'
-import { DiskFullError, JOURNAL_TABLES, JournalFullError, rowOfUser, type ErasableJournal, type JournalBacklog, type JournalBatch, type JournalEntry, type JournalRow, type JournalSeal, type JournalSource, type ShippedEntry } from './types.ts'
+import { DiskFullError, JOURNAL_TABLES, JournalFullError, rowOfUser, type ErasableJournal, type JournalBacklog, type JournalBatch, type JournalEntry, type JournalRow, type JournalSeal, type JournalSource, type JournalTable, type ShippedEntry } from './types.ts'
 
 /**
  * The embedded journal: an append-only log of segment files under DATA_DIR/journal, written
@@ -158,14 +158,7 @@ export class SegmentLog implements JournalSource, ErasableJournal {
     this.mustHaveRoom()
     const group = (this.#pending ??= newGroup(now))
     for (const r of rows) {
-      const json = JSON.stringify(r.row)
-      const length = BODY_HEADER + Buffer.byteLength(json)
-      const frame = Buffer.allocUnsafe(HEADER + length)
-      frame.writeUInt8(JOURNAL_TABLES.indexOf(r.table), HEADER)
-      frame.writeDoubleLE(now, HEADER + 1)
-      frame.write(json, HEADER + BODY_HEADER, 'utf8')
-      frame.writeUInt32LE(length, 0)
-      frame.writeUInt32LE(crc32(frame.subarray(HEADER)), 4)
+      const frame = encodeRecord(r.table, now, JSON.stringify(r.row))
       group.frames.push(frame)
       group.bytes += frame.length
     }
@@ -189,6 +182,60 @@ export class SegmentLog implements JournalSource, ErasableJournal {
       for (const e of entries) yield { table: e.table, at: e.at, row: JSON.parse(e.json.toString('utf8')) } as JournalEntry
       offset = next
     }
+  }
+
+  /**
+   * Writes the rows not yet shipped, from the shipped offset to the end written so far (whole
+   * records, as they are in the log), to the new file `dest`, and says which they were. The
+   * shipper must be held (Shipper.hold): the copy starts where ClickHouse's rows end. Rows
+   * appended while it runs are past its end and not in it. Refuses while a batch is recorded
+   * as under way (its INSERT failed, or was cut): ClickHouse may or may not hold its rows.
+   */
+  async copyUnshipped(dest: string): Promise<JournalCopy> {
+    if (this.#cp.intent) throw new JournalBusyError()
+    const from = this.#cp.shipped
+    const to = this.#end
+    const rows = Object.fromEntries(JOURNAL_TABLES.map((t) => [t, 0])) as Record<JournalTable, number>
+    const hash = createHash('sha256')
+    const out = await open(dest, 'wx')
+    try {
+      for (let offset = from; offset < to; ) {
+        const { entries, next } = await this.#read(offset, to, 10_000)
+        // A record's bytes follow from its fields: encoded again, they are the log's own.
+        const chunk = Buffer.concat(entries.map((e) => encodeRecord(e.table, e.at, e.json)))
+        for (const e of entries) rows[e.table]++
+        hash.update(chunk)
+        await out.writeFile(chunk)
+        offset = next
+      }
+      await out.datasync()
+    } finally {
+      await out.close()
+    }
+    return { id: this.#cp.id, from, to, bytes: to - from, rows, sha256: hash.digest('hex') }
+  }
+
+  /**
+   * A new log in `dir` (absent or empty) whose rows not yet shipped are the records of
+   * `source` (a file copyUnshipped wrote), under a new id: its batches' tokens are new to
+   * ClickHouse, whatever the log it was copied from shipped. Every record is checked (length
+   * and CRC) first; a file that does not end on a whole record is refused.
+   */
+  static async seed(dir: string, source: string): Promise<void> {
+    const data = await readFile(source)
+    const valid = validPrefix(data)
+    if (valid < data.length) throw new Error(`${source}: the record at byte ${valid} is cut or damaged`)
+    mkdirSync(dir, { recursive: true })
+    if (readdirSync(dir).length > 0) throw new Error(`${dir} is not empty`)
+    const segment = await open(join(dir, segmentName(0)), 'wx')
+    try {
+      await segment.writeFile(data)
+      await segment.datasync()
+    } finally {
+      await segment.close()
+    }
+    const log = new SegmentLog({ dir, fsync: true, maxRows: Number.MAX_SAFE_INTEGER })
+    await log.#saveCheckpoint({ id: randomUUID(), shipped: 0, intent: null })
   }
 
   async next(maxRows: number): Promise<JournalBatch | null> {
@@ -428,6 +475,63 @@ export class SegmentLog implements JournalSource, ErasableJournal {
     await syncDir(this.#o.dir)
     this.#cp = cp
   }
+}
+
+/** Where copyUnshipped's rows were in the log, how many of each table, and their file's digest. */
+export interface JournalCopy {
+  /** The log's id. */
+  id: string
+  /** Offsets in the log: from its shipped point to its end when the copy began. */
+  from: number
+  to: number
+  bytes: number
+  rows: Record<JournalTable, number>
+  /** SHA-256 of the file written, hex. */
+  sha256: string
+}
+
+/** copyUnshipped found a batch recorded as under way: what ClickHouse holds is not known. */
+export class JournalBusyError extends Error {
+  constructor() {
+    super('the journal has a batch under way that ClickHouse has not confirmed (is it failing?): try again once it ships')
+    this.name = 'JournalBusyError'
+  }
+}
+
+/** One record: [u32 length][u32 CRC-32] then [u8 table][f64 appended at][the row's JSON]. */
+function encodeRecord(table: JournalTable, at: number, json: string | Buffer): Buffer {
+  const length = BODY_HEADER + Buffer.byteLength(json)
+  const frame = Buffer.allocUnsafe(HEADER + length)
+  frame.writeUInt8(JOURNAL_TABLES.indexOf(table), HEADER)
+  frame.writeDoubleLE(at, HEADER + 1)
+  if (typeof json === 'string') frame.write(json, HEADER + BODY_HEADER, 'utf8')
+  else json.copy(frame, HEADER + BODY_HEADER)
+  frame.writeUInt32LE(length, 0)
+  frame.writeUInt32LE(crc32(frame.subarray(HEADER)), 4)
+  return frame
+}
+
+/** How many bytes at the start of `data` are whole, intact records. */
+function validPrefix(data: Buffer): number {
+  let offset = 0
+  while (offset + HEADER <= data.length) {
+    const length = data.readUInt32LE(offset)
+    const end = offset + HEADER + length
+    if (length < BODY_HEADER || end > data.length) break
+    if (crc32(data.subarray(offset + HEADER, end)) !== data.readUInt32LE(offset + 4)) break
+    if (data.readUInt8(offset + HEADER) >= JOURNAL_TABLES.length) break
+    offset = end
+  }
+  return offset
+}
+
+/** The records of a file copyUnshipped wrote, counted by table; throws unless every one is whole and intact. */
+export async function countRecords(path: string): Promise<Record<JournalTable, number>> {
+  const data = await readFile(path)
+  if (validPrefix(data) < data.length) throw new Error(`${path}: the record at byte ${validPrefix(data)} is cut or damaged`)
+  const rows = Object.fromEntries(JOURNAL_TABLES.map((t) => [t, 0])) as Record<JournalTable, number>
+  for (let offset = 0; offset < data.length; offset += HEADER + data.readUInt32LE(offset)) rows[JOURNAL_TABLES[data.readUInt8(offset + HEADER)]!]++
+  return rows
 }
 
 function newGroup(at: number): Group {
