@@ -39,6 +39,8 @@ import { shortenCleanup } from './storage/erasure.ts'
 import { Cluster } from 'ioredis'
 import { checkPersistence, createRedis, KEY_REVOKED_CHANNEL, watch, type RedisClient } from './storage/redis.ts'
 import { windowStartMs } from './rolling-day.ts'
+import { BackupBusyError, refuseUnfinishedRestore, takeBackup } from './backup/backup.ts'
+import type { BackupManifest } from './backup/manifest.ts'
 
 export interface Services {
   config: Config
@@ -64,6 +66,8 @@ export interface Services {
   eraseUser(userId: string, actor: string): Promise<Erasure>
   /** Told what each OTLP export came to (its metric). */
   onOtlpExport(o: OtlpOutcome): void
+  /** `burnrate backup` through the admin socket: embedded (segment log) only, one at a time. */
+  backup?: (dir: string) => Promise<BackupManifest>
   /** Stores what is pending, lets notifications finish (bounded), closes the stores. */
   close(): Promise<void>
 }
@@ -209,10 +213,31 @@ export async function openServices(
     subscriber.on('message', (_channel: string, hash: string) => keys.revoked(hash))
   }
 
+  let backingUp = false
+  const backup = async (dir: string) => {
+    if (backingUp) throw new BackupBusyError()
+    backingUp = true
+    try {
+      log.info({ dir }, 'backup: starting')
+      const manifest = await takeBackup(
+        { clickhouse, database: config.clickhouseDatabase, journal: segmentLog!, holdShipping: () => shipper.hold(), onHeld: () => log.info({ dir }, 'backup: shipping held, copying') },
+        dir,
+      )
+      log.info({ dir, takenAt: manifest.taken_at, events: manifest.events, journalRows: manifest.journal.rows }, 'backup: taken, shipping resumed')
+      return manifest
+    } catch (err) {
+      log.error({ err, dir }, 'backup: failed, shipping resumed')
+      throw err
+    } finally {
+      backingUp = false
+    }
+  }
+
   return {
     config,
     redis,
     metrics,
+    ...(segmentLog ? { backup } : {}),
     onOtlpExport: (o) => {
       for (const result of ['stored', 'ignored', 'rejected'] as const) if (o[result] > 0) metrics.otlpSpans.inc({ result }, o[result])
     },
@@ -262,6 +287,7 @@ export async function startServer(config: Config): Promise<RunningServer> {
   // (With a ClickHouse server, DATA_DIR holds only the admin socket: create it too.)
   mkdirSync(config.dataDir, { recursive: true })
   await claimAdminSocket(adminSocketPath(config.dataDir))
+  refuseUnfinishedRestore(config.dataDir)
   const services = await openServices(config, {
     log,
     // A write that failed may be counted in memory and not on disk: stop rather than answer from it.
@@ -271,7 +297,7 @@ export async function startServer(config: Config): Promise<RunningServer> {
   let admin: Server | null = null
   let metricsServer: Server | null = null
   try {
-    admin = await startAdminSocket(adminSocketPath(config.dataDir), services.keys, services.exports, services.eraseUser)
+    admin = await startAdminSocket(adminSocketPath(config.dataDir), services.keys, services.exports, services.eraseUser, services.backup)
     if (config.metricsPort !== undefined) metricsServer = await serveMetrics(services.metrics.registry, config.metricsPort, config.host)
     const address = await app.listen({ port: config.port, host: config.host })
     let closing: Promise<void> | null = null

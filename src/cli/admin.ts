@@ -3,6 +3,8 @@ import { createServer, request, type IncomingMessage, type Server } from 'node:h
 import { join } from 'node:path'
 import { pipeline } from 'node:stream/promises'
 import type { ApiKeys } from '../auth/api-keys.ts'
+import { BackupBusyError } from '../backup/backup.ts'
+import type { BackupManifest } from '../backup/manifest.ts'
 import { Problem } from '../errors.ts'
 import type { Erasure } from '../erasure/service.ts'
 import type { ExportService } from '../exports/service.ts'
@@ -31,6 +33,7 @@ export async function startAdminSocket(
   keys: ApiKeys,
   exports: ExportService,
   eraseUser: (userId: string, actor: string) => Promise<Erasure>,
+  backup?: (dir: string) => Promise<BackupManifest>,
 ): Promise<Server> {
   await claimAdminSocket(path)
   const server = createServer((req, res) => {
@@ -72,6 +75,11 @@ export async function startAdminSocket(
           if (typeof body.user !== 'string' || body.user === '' || typeof body.actor !== 'string') return send(400, { error: 'an erasure needs user and actor' })
           return send(200, await eraseUser(body.user, body.actor))
         }
+        if (req.method === 'POST' && req.url === '/backup') {
+          // `burnrate backup`: the server writes it, whether or not the CLI waits for the end.
+          if (!backup) return send(404, { error: 'this server keeps no journal of its own (REDIS_URL): see docs/backups.md' })
+          return send(200, await backup(String(body.to)))
+        }
         const revoke = req.method === 'POST' ? /^\/keys\/([^/]+)\/revoke$/.exec(req.url ?? '') : null
         if (revoke) {
           const record = await keys.revoke(decodeURIComponent(revoke[1]!))
@@ -79,9 +87,19 @@ export async function startAdminSocket(
         }
         send(404, { error: 'no such admin route' })
       }
-      run().catch((err: unknown) => send(500, { error: err instanceof Error ? err.message : String(err) }))
+      run().catch((err: unknown) => send(err instanceof BackupBusyError ? 409 : 500, { error: err instanceof Error ? err.message : String(err) }))
     })
   })
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(path, () => resolve())
+  })
+  return server
+}
+
+/** Takes the admin socket and answers every request 503 with `why`: a command that holds DATA_DIR itself keeps a server from starting on it meanwhile. */
+export async function refuseAdminRequests(path: string, why: string): Promise<Server> {
+  const server = createServer((_req, res) => res.writeHead(503, { 'content-type': 'application/json' }).end(JSON.stringify({ error: why })))
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     server.listen(path, () => resolve())

@@ -60,7 +60,7 @@ export const COMMANDS: Readonly<Record<string, CommandSpec>> = {
     summary: 'meters what AI agents spend on LLM calls and pauses the ones over budget',
     positionals: [],
     options: { help, version: { type: 'boolean', short: 'v', help: 'print the version and exit' } },
-    subcommands: ['serve', 'migrate', 'keys create', 'keys list', 'keys revoke', 'export', 'users erase'],
+    subcommands: ['serve', 'migrate', 'keys create', 'keys list', 'keys revoke', 'export', 'users erase', 'backup', 'restore'],
     details:
       'Configured by the environment: PORT, HOST, DATA_DIR, CLICKHOUSE_URL, REDIS_URL, LOG_LEVEL,\n' +
       'PRICES_FILE and the others docs/configuration.md lists. `burnrate help <command>` or\n' +
@@ -181,6 +181,37 @@ export const COMMANDS: Readonly<Record<string, CommandSpec>> = {
       'With a server running on DATA_DIR, the server erases (through its admin socket), while it goes\n' +
       'on serving the other users; otherwise the command does it itself (with REDIS_URL, beside\n' +
       'running instances). docs/erasure.md says what is removed, what is kept and how to show it.',
+  },
+  // The embedded store only: docs/backups.md says how to back up a ClickHouse server and Redis.
+  backup: {
+    name: 'backup',
+    summary: 'copy the embedded store (ClickHouse and the journal) of one moment into a directory',
+    positionals: [],
+    options: {
+      to: { type: 'string', value: '<dir>', required: true, help: 'the directory to write: absent or empty (required)' },
+      help,
+    },
+    details:
+      "ClickHouse's BACKUP of the database plus the journal's rows not yet shipped, of one moment:\n" +
+      'every event acknowledged before it is in the backup, once. With a server running on DATA_DIR,\n' +
+      'the server takes it through its admin socket (DATA_DIR/burnrate.sock) and goes on serving;\n' +
+      'shipping to ClickHouse waits while it copies. Without one, the command opens DATA_DIR itself.\n' +
+      '<dir>/manifest.json, written last, says what it holds. The embedded store only: with\n' +
+      'CLICKHOUSE_URL or REDIS_URL, see docs/backups.md. Exits 1 when <dir> is not empty.',
+  },
+  restore: {
+    name: 'restore',
+    summary: 'restore a backup into an empty DATA_DIR',
+    positionals: [],
+    options: {
+      from: { type: 'string', value: '<dir>', required: true, help: 'a directory `burnrate backup` wrote (required)' },
+      help,
+    },
+    details:
+      'DATA_DIR must be absent or empty. A server started on it then has the totals, configs, pauses,\n' +
+      'keys and events of the backup, each event once; open budget holds are not kept (as by a\n' +
+      'restart). Exits 1 for a DATA_DIR that is not empty, a backup that did not finish, or one made\n' +
+      'by a newer schema than this burnrate knows.',
   },
 }
 

@@ -1,4 +1,8 @@
 import type { ClickHouseClient } from '@clickhouse/client'
+import { join, resolve } from 'node:path'
+import { restoreBackup, takeBackup } from '../backup/backup.ts'
+import type { BackupManifest } from '../backup/manifest.ts'
+import { SegmentLog } from '../journal/segment-log.ts'
 import { createWriteStream, existsSync, renameSync, rmSync } from 'node:fs'
 import { userInfo } from 'node:os'
 import { pino } from 'pino'
@@ -18,7 +22,7 @@ import { Problem } from '../errors.ts'
 import { parse } from '../routes/parse.ts'
 import { exportQuery, exportRange, type ExportRange } from '../schemas/export.ts'
 import { exportEvents } from '../storage/exports.ts'
-import { AdminError, adminExport, adminRequest, adminSocketPath, isListening } from './admin.ts'
+import { AdminError, adminExport, adminRequest, adminSocketPath, claimAdminSocket, isListening, refuseAdminRequests } from './admin.ts'
 import { COMMANDS, usage } from './commands.ts'
 import { complain, holdConsole, say } from './output.ts'
 
@@ -39,6 +43,10 @@ export function run(command: string, config: Config, values: Record<string, stri
       return exportCommand(config, values)
     case 'users erase':
       return eraseCommand(config, values.user!)
+    case 'backup':
+      return backupCommand(config, values.to!)
+    case 'restore':
+      return restoreCommand(config, values.from!)
     default:
       throw new Error(`no handler for the command '${command}'`)
   }
@@ -309,4 +317,70 @@ function osUser(): string {
   } catch {
     return 'unknown'
   }
+}
+
+/** Why backup and restore do not run on this configuration, or null when they do. */
+function notEmbedded(config: Config): string | null {
+  if (config.clickhouse.kind === 'server') return 'CLICKHOUSE_URL is set: back up the ClickHouse server and Redis as docs/backups.md says'
+  if (config.redis) return "REDIS_URL is set: the journal is Redis's; back up ClickHouse and Redis as docs/backups.md says"
+  return null
+}
+
+/**
+ * `burnrate backup --to DIR`: through a running server's admin socket (it holds the data and
+ * the journal, and holds its shipper for the copy), else on DATA_DIR itself, with the admin
+ * socket taken meanwhile so that a server does not start on it halfway.
+ */
+async function backupCommand(config: Config, to: string): Promise<number> {
+  const why = notEmbedded(config)
+  if (why) {
+    complain(`burnrate backup: ${why}`)
+    return 1
+  }
+  const dir = resolve(to)
+  const socket = adminSocketPath(config.dataDir)
+  let manifest: BackupManifest
+  if (await serverRunning(config.dataDir)) {
+    manifest = await adminRequest<BackupManifest>(socket, 'POST', '/backup', { to: dir }).catch((err: unknown) => {
+      throw new Error(`the burnrate server on DATA_DIR ${config.dataDir}: ${err instanceof Error ? err.message : String(err)}`, { cause: err })
+    })
+  } else {
+    await claimAdminSocket(socket)
+    const guard = await refuseAdminRequests(socket, 'burnrate backup is copying this DATA_DIR')
+    try {
+      const journal = await SegmentLog.open({ dir: join(config.dataDir, 'journal'), fsync: config.journal.fsync, maxRows: config.journal.maxRows })
+      try {
+        manifest = await withClickHouse(config, (clickhouse) => takeBackup({ clickhouse, database: config.clickhouseDatabase, journal }, dir))
+      } finally {
+        await journal.close()
+      }
+    } finally {
+      await new Promise<void>((r) => guard.close(() => r()))
+    }
+  }
+  const tail = manifest.journal.rows.events ?? 0
+  say(`backed up DATA_DIR ${config.dataDir} as of ${manifest.taken_at} to ${dir}: ${manifest.events} events (${manifest.events - tail} in ClickHouse, ${tail} in the journal's tail), schema version ${manifest.schema_version}`)
+  return 0
+}
+
+/** `burnrate restore --from DIR` into an empty (or absent) DATA_DIR. */
+async function restoreCommand(config: Config, from: string): Promise<number> {
+  const why = notEmbedded(config)
+  if (why) {
+    complain(`burnrate restore: ${why}`)
+    return 1
+  }
+  const release = holdConsole()
+  const manifest = await restoreBackup(resolve(from), {
+    dataDir: config.dataDir,
+    journalDir: join(config.dataDir, 'journal'),
+    database: config.clickhouseDatabase,
+    openClickHouse: () => createClickHouse(config),
+  }).catch((err: unknown) => {
+    release(false)
+    throw err
+  })
+  release(true)
+  say(`restored the backup of ${manifest.taken_at} into DATA_DIR ${config.dataDir}: ${manifest.events} events; burnrate serve starts on it`)
+  return 0
 }

@@ -1,0 +1,56 @@
+import type { ClickHouseClient } from '@clickhouse/client'
+import { z } from 'zod'
+import { select } from './query.ts'
+
+/**
+ * ClickHouse's own BACKUP and RESTORE of the database, to and from a directory (the File
+ * engine; the embedded engine allows it anywhere, storage/clickhouse.ts), and what a backup
+ * records of the database beside it.
+ */
+
+/** A path as a ClickHouse string literal: BACKUP … TO File(…) takes no bound parameter. */
+function literal(text: string): string {
+  return `'${text.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'`
+}
+
+/** Copies every table of the client's database (parts, metadata, views) into `dir`, which must not exist yet. */
+export async function backupDatabase(client: ClickHouseClient, database: string, dir: string): Promise<void> {
+  await client.command({ query: `BACKUP DATABASE ${identifier(database)} TO File(${literal(dir)})` })
+}
+
+/** Creates the tables of a backup in `database` (which has none of them), with their rows. */
+export async function restoreDatabase(client: ClickHouseClient, database: string, dir: string): Promise<void> {
+  await client.command({ query: `RESTORE DATABASE ${identifier(database)} FROM File(${literal(dir)})` })
+}
+
+function identifier(name: string): string {
+  return `\`${name.replace(/\\/g, '\\\\').replace(/`/g, '\\`')}\``
+}
+
+/** The last migration applied (schema_migrations), 0 on a database without one. */
+export async function schemaVersion(client: ClickHouseClient): Promise<number> {
+  const exists = await select(client, 'SELECT count() AS n FROM system.tables WHERE database = currentDatabase() AND name = {name:String}', { name: 'schema_migrations' }, z.object({ n: z.coerce.number() }))
+  if (exists[0]!.n === 0) return 0
+  const [row] = await select(client, 'SELECT max(version) AS version FROM schema_migrations', {}, z.object({ version: z.coerce.number() }))
+  return row?.version ?? 0
+}
+
+/**
+ * Rows per table, for those of `tables` whose count only inserts change (engine MergeTree): a
+ * background merge of a Replacing or Summing table changes its count between two reads, so
+ * those are left out.
+ */
+export async function plainTableRows(client: ClickHouseClient, tables: readonly string[]): Promise<Record<string, number>> {
+  const plain = await select(
+    client,
+    "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine = 'MergeTree' AND has({tables:Array(String)}, name) ORDER BY name",
+    { tables },
+    z.object({ name: z.string() }),
+  )
+  const rows: Record<string, number> = {}
+  for (const { name } of plain) {
+    const [row] = await select(client, `SELECT count() AS n FROM ${identifier(name)}`, {}, z.object({ n: z.coerce.number() }))
+    rows[name] = row!.n
+  }
+  return rows
+}
