@@ -1,8 +1,8 @@
-import { appendFileSync, mkdtempSync, readdirSync } from 'node:fs'
+import { appendFileSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { SegmentLog, type SegmentLogOptions } from '../../src/journal/segment-log.ts'
+import { countRecords, JournalBusyError, SegmentLog, type SegmentLogOptions } from '../../src/journal/segment-log.ts'
 import type { JournalRow } from '../../src/journal/types.ts'
 import type { EventRow } from '../../src/storage/rows.ts'
 
@@ -98,4 +98,61 @@ describe('segment log journal', () => {
     await log.close()
   })
 
+  it('copies the rows not shipped, across segments, and seeds a new log with them under a new id', async () => {
+    const log = await openLog(dir(), { segmentBytes: 256 })
+    const rows = Array.from({ length: 30 }, () => event())
+    for (const r of rows) await log.append([r], T0)
+    const shipped = await log.next(12)
+    await log.commit(shipped!)
+    const file = join(dir(), 'tail.log')
+    const copy = await log.copyUnshipped(file)
+    // From where the shipped batch ended (its token names its range) to the end, whole records.
+    const shippedTo = Number(/-(\d+)$/.exec(shipped!.token)![1])
+    expect(copy).toMatchObject({ from: shippedTo, to: shippedTo + statSync(file).size, bytes: statSync(file).size, rows: { events: 18, agent_configs: 0 } })
+    expect(await countRecords(file)).toMatchObject({ events: 18 })
+    // A row appended after the copy began is not in it.
+    await log.append([event()], T0)
+    expect(await countRecords(file)).toMatchObject({ events: 18 })
+    await log.close()
+
+    const seededDir = join(dir(), 'journal')
+    await SegmentLog.seed(seededDir, file)
+    const seeded = await openLog(seededDir)
+    expect(seeded.backlog().rows).toBe(18)
+    const batch = await seeded.next(100)
+    expect(ids(batch!.entries)).toEqual(ids(rows.slice(12)))
+    expect(batch!.entries[0]!.at).toBe(T0)
+    // A new id: the seeded log's tokens are not the old log's.
+    expect(batch!.token).toMatch(/^journal:[0-9a-f-]{36}:0-\d+$/)
+    expect(batch!.token).not.toContain(copy.id)
+    await seeded.close()
+  })
+
+  it('refuses to seed from a file whose last record is cut or damaged, and into a directory that is not empty', async () => {
+    const log = await openLog(dir())
+    await log.append([event(), event()], T0)
+    const file = join(dir(), 'tail.log')
+    await log.copyUnshipped(file)
+    await log.close()
+    const whole = readFileSync(file)
+    const cut = join(dir(), 'cut.log')
+    writeFileSync(cut, whole.subarray(0, whole.length - 3))
+    await expect(SegmentLog.seed(join(dir(), 'j'), cut)).rejects.toThrow(/is cut or damaged/)
+    const damaged = join(dir(), 'damaged.log')
+    const bytes = Buffer.from(whole)
+    bytes.writeUInt8(bytes.readUInt8(bytes.length - 2) ^ 0xff, bytes.length - 2)
+    writeFileSync(damaged, bytes)
+    await expect(countRecords(damaged)).rejects.toThrow(/is cut or damaged/)
+    const full = dir()
+    writeFileSync(join(full, 'x'), '')
+    await expect(SegmentLog.seed(full, file)).rejects.toThrow(/is not empty/)
+  })
+
+  it('refuses to copy while a batch is recorded as under way', async () => {
+    const log = await openLog(dir())
+    await log.append([event()], T0)
+    await log.next(10)
+    await expect(log.copyUnshipped(join(dir(), 'tail.log'))).rejects.toThrow(JournalBusyError)
+    await log.close()
+  })
 })

@@ -42,6 +42,30 @@ async function stored(agent: string) {
 }
 
 describe('shipper', () => {
+  it('ships nothing while held, after the pass under way, and goes on once released', async () => {
+    const journal = await openLog(dir())
+    const shipper = new Shipper({ source: journal, clickhouse, maxRows: 1000, intervalMs: 20, log })
+    shipper.start()
+    await journal.append([{ table: 'events', row: event('held') }], T)
+    expect(await shipper.flush(10_000)).toBe(true)
+    const release = await shipper.hold()
+    await journal.append(Array.from({ length: 5 }, () => ({ table: 'events' as const, row: event('held') })), T)
+    shipper.kick()
+    // Many intervals and a flush later, the rows are still in the journal and not in ClickHouse.
+    expect(await shipper.flush(300)).toBe(false)
+    expect(journal.backlog().rows).toBe(5)
+    expect(await stored('held')).toEqual({ rows: 1, hourlyCalls: 1 })
+    release()
+    release() // a second call does nothing
+    expect(await shipper.flush(10_000)).toBe(true)
+    expect(await stored('held')).toEqual({ rows: 6, hourlyCalls: 6 })
+    // While held, stop() does not wait for a release.
+    const again = await shipper.hold()
+    await shipper.stop()
+    again()
+    await journal.close()
+  })
+
   it('ships the journal in batches of at most maxRows, full ones back to back, and empties it', async () => {
     const journal = await openLog(dir())
     await journal.append(Array.from({ length: 250 }, () => ({ table: 'events' as const, row: event('batches') })), T)
