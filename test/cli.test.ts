@@ -237,7 +237,7 @@ describe('burnrate refuses a wrong command line: exit 2, the reason, the usage',
   const top = 'burnrate <command>'
   const create = 'burnrate keys create --user <user> [--name <label>] [--rate-limit <per minute>]'
   it.each<[string[], RegExp, string]>([
-    [[], /^burnrate: a command is required \(serve, migrate, keys, export or users\)$/, top],
+    [[], /^burnrate: a command is required \(serve, migrate, keys, export, users, backup or restore\)$/, top],
     [['frobnicate'], /^burnrate: unknown command 'frobnicate'$/, top],
     [['--bogus'], /^burnrate: unknown option --bogus$/, top],
     [['--version', 'now'], /^burnrate: unexpected argument 'now'$/, top],
