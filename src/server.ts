@@ -220,7 +220,7 @@ export async function openServices(
     try {
       log.info({ dir }, 'backup: starting')
       const manifest = await takeBackup(
-        { clickhouse, database: config.clickhouseDatabase, journal: segmentLog!, holdShipping: () => shipper.hold(), onHeld: () => log.info({ dir }, 'backup: shipping held, copying') },
+        { clickhouse, journal: segmentLog!, holdShipping: () => shipper.hold(), onHeld: () => log.info({ dir }, 'backup: shipping held, copying') },
         dir,
       )
       log.info({ dir, takenAt: manifest.taken_at, events: manifest.events, journalRows: manifest.journal.rows }, 'backup: taken, shipping resumed')

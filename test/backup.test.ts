@@ -262,7 +262,7 @@ describe('a backup cut short', () => {
 })
 
 describe('burnrate backup and restore refuse', () => {
-  it('a directory or DATA_DIR that is not empty, a backup of a newer schema, and a ClickHouse server', async () => {
+  it('a directory or DATA_DIR that is not empty, a backup of a newer schema, a DATA_DIR without a store, and a ClickHouse server', async () => {
     const dataDir = freshDataDir()
     await createKey(dataDir, 'dora')
     const full = freshDataDir()
@@ -295,6 +295,10 @@ describe('burnrate backup and restore refuse', () => {
     const restored = await runCli(['restore', '--from', dir], { DATA_DIR: target }, 60_000)
     expect(restored.code, restored.stderr).toBe(0)
     expect(await keyList(target)).toEqual(await keyList(dataDir))
+
+    const nothing = await runCli(['backup', '--to', join(freshDataDir(), 'x')], { DATA_DIR: join(freshDataDir(), 'absent') })
+    expect(nothing.code).toBe(1)
+    expect(nothing.stderr).toMatch(/holds no burnrate store/)
 
     const server = await runCli(['backup', '--to', join(freshDataDir(), 'x')], { DATA_DIR: dataDir, CLICKHOUSE_URL: 'http://127.0.0.1:1' })
     expect(server.code).toBe(1)

@@ -6,7 +6,7 @@ import { join } from 'node:path'
 import type { ClickHouseClient } from '@clickhouse/client'
 import { countRecords, SegmentLog } from '../journal/segment-log.ts'
 import { JOURNAL_TABLES } from '../journal/types.ts'
-import { backupDatabase, plainTableRows, restoreDatabase, schemaVersion } from '../storage/backups.ts'
+import { backupDatabase, currentDatabase, plainTableRows, restoreDatabase, schemaVersion } from '../storage/backups.ts'
 import { readMigrations } from '../storage/migrations.ts'
 import { CLICKHOUSE_DIR, JOURNAL_FILE, newManifest, readManifest, writeManifest, type BackupManifest } from './manifest.ts'
 
@@ -27,7 +27,6 @@ import { CLICKHOUSE_DIR, JOURNAL_FILE, newManifest, readManifest, writeManifest,
 
 export interface BackupSource {
   clickhouse: ClickHouseClient
-  database: string
   journal: SegmentLog
   /** Stops the shipper until the release is called (Shipper.hold); none when nothing ships (no server). */
   holdShipping?: () => Promise<() => void>
@@ -54,14 +53,16 @@ export async function takeBackup(source: BackupSource, dir: string): Promise<Bac
     // their view writes, may change meanwhile: they are not counted.
     const rows = await plainTableRows(source.clickhouse, JOURNAL_TABLES)
     const schema = await schemaVersion(source.clickhouse)
-    await backupDatabase(source.clickhouse, source.database, join(dir, CLICKHOUSE_DIR))
+    // The client's own database: embedded, chDB's current one (CLICKHOUSE_DATABASE names a server's).
+    const database = await currentDatabase(source.clickhouse)
+    await backupDatabase(source.clickhouse, database, join(dir, CLICKHOUSE_DIR))
     const takenAt = new Date()
     const copy = await source.journal.copyUnshipped(join(dir, JOURNAL_FILE))
     release()
     const manifest = newManifest({
       burnrate_version: packageVersion(),
       schema_version: schema,
-      database: source.database,
+      database,
       taken_at: takenAt.toISOString(),
       events: (rows.events ?? 0) + copy.rows.events,
       clickhouse: { rows },
@@ -91,7 +92,6 @@ export interface RestoreTarget {
   dataDir: string
   /** Where the journal lives in DATA_DIR. */
   journalDir: string
-  database: string
   /** A ClickHouse client on DATA_DIR's engine, opened once the checks have passed; closed here. */
   openClickHouse: () => ClickHouseClient
 }
@@ -121,7 +121,7 @@ export async function restoreBackup(from: string, target: RestoreTarget): Promis
   await writeFile(join(target.dataDir, RESTORE_MARKER), `burnrate restore --from ${from} began at ${new Date().toISOString()} and has not finished\n`)
   const clickhouse = target.openClickHouse()
   try {
-    await restoreDatabase(clickhouse, target.database, join(from, CLICKHOUSE_DIR))
+    await restoreDatabase(clickhouse, manifest.database, await currentDatabase(clickhouse), join(from, CLICKHOUSE_DIR))
     const rows = await plainTableRows(clickhouse, Object.keys(manifest.clickhouse.rows))
     for (const [table, n] of Object.entries(manifest.clickhouse.rows)) {
       if (rows[table] !== n) throw new Error(`the restored table ${table} holds ${rows[table] ?? 'no'} rows, the manifest says ${n}`)

@@ -333,10 +333,12 @@ function notEmbedded(config: Config): string | null {
  */
 async function backupCommand(config: Config, to: string): Promise<number> {
   const why = notEmbedded(config)
-  if (why) {
+  // (The second test is the first's, said so that TypeScript knows the store's path.)
+  if (why !== null || config.clickhouse.kind !== 'embedded') {
     complain(`burnrate backup: ${why}`)
     return 1
   }
+  const store = config.clickhouse.path
   const dir = resolve(to)
   const socket = adminSocketPath(config.dataDir)
   let manifest: BackupManifest
@@ -345,12 +347,16 @@ async function backupCommand(config: Config, to: string): Promise<number> {
       throw new Error(`the burnrate server on DATA_DIR ${config.dataDir}: ${err instanceof Error ? err.message : String(err)}`, { cause: err })
     })
   } else {
+    if (!existsSync(store)) {
+      complain(`burnrate backup: DATA_DIR ${config.dataDir} holds no burnrate store (no ${store})`)
+      return 1
+    }
     await claimAdminSocket(socket)
     const guard = await refuseAdminRequests(socket, 'burnrate backup is copying this DATA_DIR')
     try {
       const journal = await SegmentLog.open({ dir: join(config.dataDir, 'journal'), fsync: config.journal.fsync, maxRows: config.journal.maxRows })
       try {
-        manifest = await withClickHouse(config, (clickhouse) => takeBackup({ clickhouse, database: config.clickhouseDatabase, journal }, dir))
+        manifest = await withClickHouse(config, (clickhouse) => takeBackup({ clickhouse, journal }, dir))
       } finally {
         await journal.close()
       }
@@ -374,7 +380,6 @@ async function restoreCommand(config: Config, from: string): Promise<number> {
   const manifest = await restoreBackup(resolve(from), {
     dataDir: config.dataDir,
     journalDir: join(config.dataDir, 'journal'),
-    database: config.clickhouseDatabase,
     openClickHouse: () => createClickHouse(config),
   }).catch((err: unknown) => {
     release(false)

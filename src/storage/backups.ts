@@ -18,9 +18,16 @@ export async function backupDatabase(client: ClickHouseClient, database: string,
   await client.command({ query: `BACKUP DATABASE ${identifier(database)} TO File(${literal(dir)})` })
 }
 
-/** Creates the tables of a backup in `database` (which has none of them), with their rows. */
-export async function restoreDatabase(client: ClickHouseClient, database: string, dir: string): Promise<void> {
-  await client.command({ query: `RESTORE DATABASE ${identifier(database)} FROM File(${literal(dir)})` })
+/** Creates the tables of the backup's database `from` in `into` (which has none of them), with their rows. */
+export async function restoreDatabase(client: ClickHouseClient, from: string, into: string, dir: string): Promise<void> {
+  const as = from === into ? '' : ` AS ${identifier(into)}`
+  await client.command({ query: `RESTORE DATABASE ${identifier(from)}${as} FROM File(${literal(dir)})` })
+}
+
+/** The database the client's queries run in. */
+export async function currentDatabase(client: ClickHouseClient): Promise<string> {
+  const [row] = await select(client, 'SELECT currentDatabase() AS name', {}, z.object({ name: z.string() }))
+  return row!.name
 }
 
 function identifier(name: string): string {
