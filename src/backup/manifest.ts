@@ -28,7 +28,7 @@ export const manifestSchema = z.object({
   /** Events in the backup: those in ClickHouse plus those in the journal's tail. */
   events: z.number().int().nonnegative(),
   clickhouse: z.object({
-    /** Rows of the tables the journal fills whose count only inserts change (engine MergeTree), checked again after a restore. */
+    /** Rows of the journal's plain MergeTree tables (their parts' rows), checked against the restored parts. */
     rows: tableRows,
   }),
   journal: z.object({

@@ -43,21 +43,30 @@ export async function schemaVersion(client: ClickHouseClient): Promise<number> {
 }
 
 /**
- * Rows per table, for those of `tables` whose count only inserts change (engine MergeTree): a
- * background merge of a Replacing or Summing table changes its count between two reads, so
- * those are left out.
+ * Those of `tables` whose rows only inserts change (engine MergeTree): a background merge of a
+ * Replacing or Summing table changes its rows at any time, a restored one's too.
  */
-export async function plainTableRows(client: ClickHouseClient, tables: readonly string[]): Promise<Record<string, number>> {
-  const plain = await select(
+export async function plainTables(client: ClickHouseClient, tables: readonly string[]): Promise<string[]> {
+  const rows = await select(
     client,
     "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine = 'MergeTree' AND has({tables:Array(String)}, name) ORDER BY name",
     { tables },
     z.object({ name: z.string() }),
   )
-  const rows: Record<string, number> = {}
-  for (const { name } of plain) {
-    const [row] = await select(client, `SELECT count() AS n FROM ${identifier(name)}`, {}, z.object({ n: z.coerce.number() }))
-    rows[name] = row!.n
-  }
-  return rows
+  return rows.map((r) => r.name)
+}
+
+/**
+ * Rows of each of `tables` as their active parts hold them (system.parts), 0 for a table
+ * without parts: what a backup of the parts copies, rows a lightweight DELETE masked included.
+ */
+export async function partRows(client: ClickHouseClient, tables: readonly string[]): Promise<Record<string, number>> {
+  const rows = await select(
+    client,
+    'SELECT table, sum(rows) AS n FROM system.parts WHERE database = currentDatabase() AND active AND has({tables:Array(String)}, table) GROUP BY table',
+    { tables },
+    z.object({ table: z.string(), n: z.coerce.number() }),
+  )
+  const found = new Map(rows.map((r) => [r.table, r.n]))
+  return Object.fromEntries(tables.map((t) => [t, found.get(t) ?? 0]))
 }
