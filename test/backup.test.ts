@@ -262,7 +262,7 @@ describe('a backup cut short', () => {
 })
 
 describe('burnrate backup and restore refuse', () => {
-  it('a directory or DATA_DIR that is not empty, a backup of a newer schema, a DATA_DIR without a store, and a ClickHouse server', async () => {
+  it('a directory or DATA_DIR that is not empty, a backup of a newer schema, a DATA_DIR without a store or with a restore cut short, and a ClickHouse server', async () => {
     const dataDir = freshDataDir()
     await createKey(dataDir, 'dora')
     const full = freshDataDir()
@@ -295,6 +295,13 @@ describe('burnrate backup and restore refuse', () => {
     const restored = await runCli(['restore', '--from', dir], { DATA_DIR: target }, 60_000)
     expect(restored.code, restored.stderr).toBe(0)
     expect(await keyList(target)).toEqual(await keyList(dataDir))
+
+    // A restore cut short leaves its marker: no server starts on that DATA_DIR.
+    const cut = freshDataDir()
+    writeFileSync(join(cut, 'RESTORE_INCOMPLETE'), '')
+    const serve = await runCli(['serve'], { DATA_DIR: cut, PORT: '0', HOST: '127.0.0.1' }, 15_000)
+    expect(serve.code).toBe(1)
+    expect(serve.stderr).toMatch(/holds a restore that did not finish/)
 
     const nothing = await runCli(['backup', '--to', join(freshDataDir(), 'x')], { DATA_DIR: join(freshDataDir(), 'absent') })
     expect(nothing.code).toBe(1)
