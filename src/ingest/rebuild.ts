@@ -34,25 +34,17 @@ export async function rebuildHotState(
   const [configs, pauses, ignored] = await Promise.all([allConfigs(clickhouse), latestTransitions(clickhouse), latestIgnored(clickhouse)])
   const restore = hotState.beginRestore(now)
   await scanWindow(clickhouse, since, (ref) => restore.agent(ref))
-  const policies = new NewestPerAgent<AgentPolicy>()
-  for (const c of configs) policies.offer(c, c.version, policyOf(c))
-  const pauseStates = new NewestPerAgent<PauseState>()
-  for (const p of pauses) pauseStates.offer(p, p.version, pauseOf(p, p.atMs))
-  const ignoredFlags = new NewestPerAgent<Ignored>()
-  for (const i of ignored) ignoredFlags.offer(i, i.version, i.ignored)
-  for await (const { table, row } of unshipped) {
+  const { policies, pauseStates, ignoredFlags, offer } = newestStates(configs, pauses, ignored)
+  for await (const entry of unshipped) {
+    const { table, row } = entry
     if (table === 'events') {
       const ref = { userId: row.user_id, agentId: row.agent_id }
       const minute = minuteOf(chDateTimeToMs(row.timestamp))
       restore.event(ref, fingerprint(row.user_id, row.agent_id, row.event_id), row.cost_nano, minute, row.event_type === 'llm_call' ? 1 : 0, row.run_id || undefined)
-    } else if (table === 'pause_transitions') {
-      pauseStates.offer(row, row.version, pauseOf(row, chDateTimeToMs(row.at)))
-    } else if (table === 'agent_configs') {
-      policies.offer(row, row.version, policyOf(journaledConfigRow(row)))
-    } else if (table === 'ignored_pauses') {
-      ignoredFlags.offer(row, row.version, ignoredOf(row))
     } else if (table === 'run_stops') {
       restore.runStop({ userId: row.user_id, agentId: row.agent_id }, row.run_id)
+    } else {
+      offer(entry)
     }
     // budget_alerts: a record; the alert state follows from the totals (MemoryHotState.beginRestore).
   }
@@ -90,6 +82,29 @@ async function periodHistories(clickhouse: ClickHouseClient, policies: Iterable<
   // Rows of pairs not asked for (a user of the batch with another user's agent id) are skipped.
   for (const r of rows.flat()) histories.get(agentKey({ userId: r.user_id, agentId: r.agent_id }))?.quarters.push(r.quarter, r.cost_nano)
   return histories
+}
+
+/**
+ * The newest config, pause state and ignoring flag of each agent, by version: ClickHouse's
+ * rows, then `offer` takes the journal's rows not yet there (a row of another table is left).
+ */
+function newestStates(
+  configs: Awaited<ReturnType<typeof allConfigs>>,
+  pauses: Awaited<ReturnType<typeof latestTransitions>>,
+  ignored: Awaited<ReturnType<typeof latestIgnored>>,
+) {
+  const policies = new NewestPerAgent<AgentPolicy>()
+  for (const c of configs) policies.offer(c, c.version, policyOf(c))
+  const pauseStates = new NewestPerAgent<PauseState>()
+  for (const p of pauses) pauseStates.offer(p, p.version, pauseOf(p, p.atMs))
+  const ignoredFlags = new NewestPerAgent<Ignored>()
+  for (const i of ignored) ignoredFlags.offer(i, i.version, i.ignored)
+  const offer = ({ table, row }: JournalEntry) => {
+    if (table === 'pause_transitions') pauseStates.offer(row, row.version, pauseOf(row, chDateTimeToMs(row.at)))
+    else if (table === 'agent_configs') policies.offer(row, row.version, policyOf(journaledConfigRow(row)))
+    else if (table === 'ignored_pauses') ignoredFlags.offer(row, row.version, ignoredOf(row))
+  }
+  return { policies, pauseStates, ignoredFlags, offer }
 }
 
 /** Per agent, the value of the newest version offered (a config, a pause state). */
@@ -211,12 +226,7 @@ async function loadAgents(
   const of = (r: { user_id: string; agent_id: string }) => loads.get(agentKey({ userId: r.user_id, agentId: r.agent_id }))
   for (const m of [...minutes, ...fleetMinuteRows]) of(m)?.minutes.push({ minute: m.minute, costNano: m.cost_nano, llmCalls: m.llm_calls })
   for (const s of seen) of(s)?.seen.push({ eventId: s.event_id, costNano: s.cost_nano, minute: s.minute })
-  const policies = new NewestPerAgent<AgentPolicy>()
-  for (const c of configs) policies.offer(c, c.version, policyOf(c))
-  const pauseStates = new NewestPerAgent<PauseState>()
-  for (const p of pauses) pauseStates.offer(p, p.version, pauseOf(p, p.atMs))
-  const ignoredFlags = new NewestPerAgent<Ignored>()
-  for (const i of ignored) ignoredFlags.offer(i, i.version, i.ignored)
+  const { policies, pauseStates, ignoredFlags, offer } = newestStates(configs, pauses, ignored)
 
   // The journaled events, each once (as minutes, whether ClickHouse has them yet or not),
   // and their ids as seen where ClickHouse did not show them; the rest by version.
@@ -234,11 +244,7 @@ async function loadAgents(
     if (!seenIds.has(id)) agent?.seen.push({ eventId: e.event_id, costNano: e.cost_nano, minute })
     loads.get(agentKey(fleetOf(e.user_id)))?.minutes.push({ minute, costNano: e.cost_nano, llmCalls })
   }
-  for (const { table, row } of journaled) {
-    if (table === 'pause_transitions') pauseStates.offer(row, row.version, pauseOf(row, chDateTimeToMs(row.at)))
-    else if (table === 'agent_configs') policies.offer(row, row.version, policyOf(journaledConfigRow(row)))
-    else if (table === 'ignored_pauses') ignoredFlags.offer(row, row.version, ignoredOf(row))
-  }
+  for (const entry of journaled) offer(entry)
   for (const l of loads.values()) l.minutes.sort((a, b) => a.minute - b.minute)
   for (const { ref, value, version } of policies.values()) {
     const l = loads.get(agentKey(ref))
