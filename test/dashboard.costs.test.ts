@@ -1,5 +1,4 @@
 import { readFileSync } from 'node:fs'
-import type { AddressInfo } from 'node:net'
 import type { Browser, Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ManualClock } from '../src/clock.ts'
@@ -56,8 +55,7 @@ async function seedFleet(key: string) {
 describe.skipIf(SKIP)(SKIP ? SKIPPED : 'the Costs page in a real browser', () => {
   beforeAll(async () => {
     h = await startHarness({ clock })
-    await h.app.listen({ port: 0, host: '127.0.0.1' })
-    base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}/`
+    base = `${await h.listen()}/`
     browser = await launchBrowser()
   })
 

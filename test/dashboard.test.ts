@@ -2,7 +2,6 @@ import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync } from '
 import { get } from 'node:http'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
-import type { AddressInfo } from 'node:net'
 import type { Browser, Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DASHBOARD_CSP } from '../src/routes/dashboard.ts'
@@ -45,8 +44,7 @@ const row = (page: Page, agentId: string) => page.locator('tbody tr').filter({ h
 describe.skipIf(SKIP)(SKIP ? SKIPPED : 'the dashboard in a real browser', () => {
   beforeAll(async () => {
     h = await startHarness({ env: { PAUSE_GRACE_MS: '0' } })
-    await h.app.listen({ port: 0, host: '127.0.0.1' })
-    base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}/`
+    base = `${await h.listen()}/`
     browser = await launchBrowser()
   })
 

@@ -1,5 +1,4 @@
 import { request, type IncomingMessage } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { isoMicros, seedEvents } from './helpers/exports.ts'
 import { eventually, startHarness, unique, type Harness } from './helpers/harness.ts'
@@ -14,8 +13,7 @@ let h: Harness
 let base: string
 beforeAll(async () => {
   h = await startHarness({ env: { EXPORT_STALL_TIMEOUT_MS: '2000', EXPORT_CONCURRENCY: '1' } })
-  await h.app.listen({ port: 0, host: '127.0.0.1' })
-  base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`
+  base = await h.listen()
 })
 afterAll(async () => {
   await h?.close()

@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto'
 import { request, type IncomingMessage } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { MAX_EXPORT_DAYS } from '../src/schemas/export.ts'
 import { eventually, llmCall, startHarness, unique, type Harness } from './helpers/harness.ts'
@@ -16,8 +15,7 @@ let h: Harness
 let base: string
 beforeAll(async () => {
   h = await startHarness()
-  await h.app.listen({ port: 0, host: '127.0.0.1' })
-  base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`
+  base = await h.listen()
 })
 afterAll(async () => {
   await h?.close()

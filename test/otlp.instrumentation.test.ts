@@ -34,8 +34,7 @@ const COMPLETION = {
 
 beforeAll(async () => {
   h = await startHarness()
-  await h.app.listen({ port: 0, host: '127.0.0.1' })
-  base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`
+  base = await h.listen()
   api = createServer((req, res) => {
     req.resume()
     req.on('end', () => {

@@ -1,5 +1,4 @@
 import { gzipSync } from 'node:zlib'
-import type { AddressInfo } from 'node:net'
 import { SpanKind, type Attributes } from '@opentelemetry/api'
 import { OTLPLogExporter as ProtoLogExporter } from '@opentelemetry/exporter-logs-otlp-proto'
 import { OTLPLogExporter as JsonLogExporter } from '@opentelemetry/exporter-logs-otlp-http'
@@ -27,8 +26,7 @@ let base: string
 
 beforeAll(async () => {
   h = await startHarness()
-  await h.app.listen({ port: 0, host: '127.0.0.1' })
-  base = `http://127.0.0.1:${(h.app.server.address() as AddressInfo).port}`
+  base = await h.listen()
 })
 afterAll(async () => {
   await h?.close()

@@ -1,4 +1,5 @@
 import { mkdtempSync } from 'node:fs'
+import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { FastifyInstance, LightMyRequestResponse } from 'fastify'
@@ -20,6 +21,8 @@ export interface Harness {
   get(path: string, key: string | null): Promise<LightMyRequestResponse>
   /** Ships the journal to ClickHouse now, for reads of event lists, breakdowns and hourly buckets. */
   flush(): Promise<void>
+  /** Serves the app on a free port of 127.0.0.1, for clients that need real HTTP; resolves to its URL (http://127.0.0.1:<port>). */
+  listen(): Promise<string>
   close(): Promise<void>
 }
 
@@ -62,6 +65,10 @@ export async function startHarness(opts: { clock?: Clock; env?: Record<string, s
       return app.inject({ method: 'GET', url, headers: headers(key) })
     },
     flush,
+    async listen() {
+      await app.listen({ port: 0, host: '127.0.0.1' })
+      return `http://127.0.0.1:${(app.server.address() as AddressInfo).port}`
+    },
     async close() {
       await app.close()
       await services.close()
