@@ -62,6 +62,8 @@ export interface RouteDoc {
 const COMMON: readonly ProblemCode[] = ['unauthorized', 'rate_limited', 'internal', 'store_unavailable']
 /** What any route with a JSON body may answer. */
 const BODY: readonly ProblemCode[] = ['invalid_body', 'invalid_json', 'payload_too_large', 'unsupported_media_type']
+/** What a route that takes events may answer when the journal refuses them: its bound, or a full disk (embedded). */
+const JOURNAL: readonly ProblemCode[] = ['journal_full', 'disk_full']
 
 /** What the OTLP routes take and answer: an export in either of its encodings (otlp/protocol.ts). */
 const OTLP_FILES = { files: Object.values(OTLP_MEDIA_TYPES) }
@@ -85,7 +87,7 @@ export const ROUTES: readonly RouteDoc[] = [
     auth: true,
     body: eventBody,
     reply: eventReply,
-    errors: [...BODY, 'hold_not_found', 'journal_full', 'disk_full'],
+    errors: [...BODY, 'hold_not_found', ...JOURNAL],
   },
   {
     method: 'post',
@@ -96,7 +98,7 @@ export const ROUTES: readonly RouteDoc[] = [
     auth: true,
     body: batchBodyDoc,
     reply: batchReply,
-    errors: [...BODY, 'journal_full', 'disk_full'],
+    errors: [...BODY, ...JOURNAL],
   },
   {
     method: 'post',
@@ -107,7 +109,7 @@ export const ROUTES: readonly RouteDoc[] = [
     auth: true,
     body: OTLP_FILES,
     reply: OTLP_FILES,
-    errors: ['payload_too_large', 'unsupported_media_type', 'journal_full', 'disk_full'],
+    errors: ['payload_too_large', 'unsupported_media_type', ...JOURNAL],
   },
   {
     method: 'post',
@@ -118,7 +120,7 @@ export const ROUTES: readonly RouteDoc[] = [
     auth: true,
     body: OTLP_FILES,
     reply: OTLP_FILES,
-    errors: ['payload_too_large', 'unsupported_media_type', 'journal_full', 'disk_full'],
+    errors: ['payload_too_large', 'unsupported_media_type', ...JOURNAL],
   },
   {
     method: 'post',
